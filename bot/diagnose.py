@@ -1,0 +1,110 @@
+"""The core: Evidence -> Diagnosis. Pure: no network, no database, no Slack, no terminal.
+
+One pass over the text feeds the evidence extractors (facts) and the KB matcher (problems) at
+the same time; the sizing planner then ranks causes by those facts and turns them into fixes.
+Every adapter (CLI, Slack, collector) calls `diagnose` and renders or stores what it returns.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import BinaryIO
+
+from bot.evidence import EXTRACTORS
+from bot.evidence.base import FactSink
+from bot.evidence.redact import redact
+from bot.evidence.scan import Scanner
+from bot.fingerprint import fingerprint
+from bot.kb.loader import KB
+from bot.kb.match import CompiledKB, Matcher
+from bot.schema import Diagnosis, Evidence, Facts, Guide, GuideStep, InputStats, ProblemMatch
+from bot.sizing.plan import plan
+
+MAX_EXCERPT_LINES = 40
+MAX_EXCERPT_CHARS = 8000
+
+
+@lru_cache(maxsize=4)
+def _compiled(kb_hash: str, kb: KB) -> CompiledKB:
+    return CompiledKB(kb)
+
+
+def compiled_kb(kb: KB) -> CompiledKB:
+    return _compiled(kb.content_hash, kb)
+
+
+def diagnose(evidence: Evidence, kb: KB, stream: BinaryIO | None = None) -> Diagnosis:
+    """Diagnose `evidence`. A large file is passed as `stream` and read in bounded chunks;
+    otherwise `evidence.text` is read."""
+    sink = FactSink()
+    matcher = Matcher(compiled_kb(kb))
+    scanner = Scanner([*(cls() for cls in EXTRACTORS), matcher])
+    stats = scanner.scan(stream if stream is not None else evidence.text, sink)
+
+    facts = _merge(sink.build(), evidence.collected)
+    problems = matcher.problems(redact)
+    result = plan(kb, problems, facts, evidence.model_config_json, matcher.signatures_seen)
+
+    top = problems[0] if problems else None
+    signature_line = top.evidence[-1] if top and top.evidence else ""
+    digest, _ = fingerprint(top.id if top else None, signature_line, evidence.host, facts.model)
+    return Diagnosis(
+        kb_version=kb.version,
+        kb_hash=kb.content_hash,
+        fingerprint=digest,
+        host=evidence.host,
+        problems=problems,
+        causes=result.causes,
+        facts=facts,
+        sizing=result.sizing,
+        fixes=result.fixes,
+        withheld_fixes=result.withheld,
+        guide=_guide(kb, top.id) if top else None,
+        input=_input_stats(stats.bytes, stats.lines, stats.binary, stats.long_lines),
+        excerpt=_excerpt(problems),
+    )
+
+
+def _merge(from_text: Facts, collected: Facts | None) -> Facts:
+    """Facts read from the host win over facts read from pasted text: they are current."""
+    if collected is None:
+        return from_text
+    merged = from_text.model_dump()
+    for name, value in collected.model_dump().items():
+        if value is not None and value != []:
+            merged[name] = value
+    return Facts.model_validate(merged)
+
+
+def _guide(kb: KB, problem_id: str) -> Guide:
+    p = kb.problems[problem_id]
+    return Guide(
+        short_answer=p.short_answer.strip(),
+        confirm=list(p.confirm),
+        diagnostics=[GuideStep(title=d.title, command=d.command, explain=d.explain)
+                     for d in p.diagnostics],
+        prevention=list(p.prevention),
+        architecture=p.architecture.strip(),
+        faq=[{"q": f.q, "a": f.a} for f in p.faq],
+    )
+
+
+def _input_stats(n_bytes: int, lines: int, binary: bool, long_lines: int) -> InputStats:
+    note = None
+    if n_bytes == 0:
+        note = "the input is empty: paste the error or the log, or name a host"
+    elif binary:
+        note = "the input looks binary, not a text log; only readable lines were checked"
+    elif long_lines:
+        note = f"{long_lines} very long line(s) were read around their key phrases only"
+    return InputStats(bytes=n_bytes, lines=lines, binary=binary, note=note)
+
+
+def _excerpt(problems: list[ProblemMatch]) -> str:
+    """The lines that matter, redacted and bounded: what is stored and shown as proof."""
+    seen: dict[int, str] = {}
+    for p in problems:
+        for no, line in zip(p.line_numbers, p.evidence, strict=False):
+            seen.setdefault(no, line)
+    lines = [f"{no}: {line}" for no, line in sorted(seen.items())[:MAX_EXCERPT_LINES]]
+    return "\n".join(lines)[:MAX_EXCERPT_CHARS]

@@ -1,0 +1,44 @@
+"""Turning text as it arrives (Slack, terminals, docker logs) into plain lines.
+
+Slack escapes `< > &` as entities and wraps pastes in code fences; terminals and `docker logs`
+carry ANSI colours; Windows pastes carry CR. None of that may hide a signature.
+"""
+
+from __future__ import annotations
+
+import re
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]{0,32}[ -/]{0,4}[@-~]|\x1b\][^\x07\x1b]{0,512}(?:\x07|\x1b\\)")
+_ENTITIES = (("&lt;", "<"), ("&gt;", ">"), ("&amp;", "&"))
+_FENCE = re.compile(r"^\s{0,8}```[A-Za-z0-9_+-]{0,20}\s{0,8}|```\s{0,8}$")
+
+MAX_LINE_CHARS = 16 * 1024
+
+
+def normalize_line(raw: str) -> str:
+    """One line, cleaned. Kept short enough that every pattern runs in bounded time."""
+    line = raw.rstrip("\r\n")
+    if "\r" in line:
+        # A progress bar rewrites the line with CR; the last rewrite is what a terminal shows.
+        line = line.rsplit("\r", 1)[-1] or line.replace("\r", "")
+    if "\x1b" in line:
+        line = _ANSI.sub("", line)
+    if "&" in line:
+        for entity, char in _ENTITIES:
+            line = line.replace(entity, char)
+    if "```" in line:
+        line = _FENCE.sub("", line)
+    return line
+
+
+def normalize_text(text: str) -> str:
+    """A whole paste, cleaned line by line (used for short inputs such as Slack messages)."""
+    return "\n".join(normalize_line(line) for line in text.splitlines())
+
+
+def window(line: str, at: int, size: int = MAX_LINE_CHARS) -> str:
+    """The part of an over-long line around position `at` (where an anchor was found)."""
+    if len(line) <= size:
+        return line
+    start = max(0, min(at - size // 2, len(line) - size))
+    return line[start : start + size]

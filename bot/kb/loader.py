@@ -1,0 +1,211 @@
+"""Loading the knowledge base: the shipped folder plus site folders, validated and hashed.
+
+A site adds entries without touching code by pointing INFERBOT_KB_PATH at folders laid out like
+knowledge/ (problems/, causes/, examples/). An entry with the same id and a higher `revision`
+replaces the shipped one; the same id at the same revision twice is an error.
+
+The loaded KB carries a content hash over every file it read. Diagnoses record it, and the
+compiled KB is cached under that hash so `inferbot diagnose` does not parse YAML on every run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bot.kb.schema import Cause, ExampleSet, KBMeta, Problem, template_fields
+from bot.kb.yamlio import Doc, KBError, load
+
+SHIPPED = Path(__file__).resolve().parent.parent.parent / "knowledge"
+CACHE_FORMAT = 1
+
+
+@dataclass
+class Origin:
+    path: str
+    line: int | None
+
+
+@dataclass
+class KB:
+    meta: KBMeta
+    content_hash: str
+    problems: dict[str, Problem]
+    causes: dict[str, Cause]
+    examples: dict[str, ExampleSet]
+    origins: dict[str, Origin] = field(default_factory=dict)  # "problem:ID" -> where defined
+    example_docs: dict[str, str] = field(default_factory=dict)  # problem id -> examples file
+    roots: list[str] = field(default_factory=list)
+
+    @property
+    def version(self) -> str:
+        return self.meta.version
+
+
+def kb_roots(extra: str | None = None) -> list[Path]:
+    """The shipped folder first, then site folders from INFERBOT_KB_PATH (os.pathsep list)."""
+    roots = [SHIPPED]
+    spec = extra if extra is not None else os.environ.get("INFERBOT_KB_PATH", "")
+    for part in spec.split(os.pathsep):
+        if part.strip():
+            roots.append(Path(part).expanduser())
+    return roots
+
+
+def _files(root: Path) -> list[Path]:
+    if not root.is_dir():
+        raise KBError(root, None, "knowledge folder not found")
+    return sorted(p for p in root.rglob("*.yaml") if p.is_file())
+
+
+def content_hash(roots: list[Path]) -> str:
+    h = hashlib.sha256()
+    for root in roots:
+        for path in _files(root):
+            h.update(str(path.relative_to(root)).encode())
+            h.update(b"\0")
+            h.update(path.read_bytes())
+            h.update(b"\0")
+    return h.hexdigest()[:16]
+
+
+def _cache_path(digest: str) -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    tag = f"py{sys.version_info.major}{sys.version_info.minor}-f{CACHE_FORMAT}"
+    return Path(base) / "inferbot" / f"kb-{digest}-{tag}.pickle"
+
+
+def load_kb(extra: str | None = None, use_cache: bool = True) -> KB:
+    """The validated KB. Raises KBError (file and line) on the first structural problem."""
+    roots = kb_roots(extra)
+    digest = content_hash(roots)
+    cache = _cache_path(digest)
+    if use_cache and cache.is_file():
+        try:
+            with cache.open("rb") as fh:
+                kb = pickle.load(fh)
+            if isinstance(kb, KB) and kb.content_hash == digest:
+                return kb
+        except Exception:  # a stale or torn cache file is only a slower start
+            pass
+    kb = _load(roots, digest)
+    if use_cache:
+        try:
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            tmp = cache.with_suffix(f".{os.getpid()}.tmp")
+            with tmp.open("wb") as fh:
+                pickle.dump(kb, fh, protocol=pickle.HIGHEST_PROTOCOL)
+            tmp.replace(cache)
+        except OSError:
+            pass
+    return kb
+
+
+def _load(roots: list[Path], digest: str) -> KB:
+    meta: KBMeta | None = None
+    problems: dict[str, Problem] = {}
+    causes: dict[str, Cause] = {}
+    examples: dict[str, ExampleSet] = {}
+    origins: dict[str, Origin] = {}
+    example_docs: dict[str, str] = {}
+
+    def place(kind: str, obj: Problem | Cause, doc: Doc, table: dict[str, Problem] | dict[
+            str, Cause]) -> None:
+        key = f"{kind}:{obj.id}"
+        line = doc.line_of(("id",))
+        old = table.get(obj.id)
+        if old is not None:
+            if obj.revision == old.revision:
+                prev = origins[key]
+                raise KBError(doc.path, line, f"duplicate {kind} id {obj.id!r} (also at "
+                              f"{prev.path}:{prev.line}); raise `revision` to override")
+            if obj.revision < old.revision:
+                return
+        table[obj.id] = obj  # type: ignore[assignment]
+        origins[key] = Origin(str(doc.path), line)
+
+    for root in roots:
+        kb_yaml = root / "kb.yaml"
+        if kb_yaml.is_file() and root == roots[0]:
+            meta = load(kb_yaml).validate(KBMeta)
+        for sub, kind in (("problems", "problem"), ("causes", "cause")):
+            folder = root / sub
+            if not folder.is_dir():
+                continue
+            for path in sorted(folder.glob("*.yaml")):
+                doc = load(path)
+                if kind == "problem":
+                    place(kind, doc.validate(Problem), doc, problems)
+                else:
+                    place(kind, doc.validate(Cause), doc, causes)
+        folder = root / "examples"
+        if folder.is_dir():
+            for path in sorted(folder.glob("*.yaml")):
+                doc = load(path)
+                ex = doc.validate(ExampleSet)
+                if ex.problem in examples and root == roots[0]:
+                    raise KBError(path, doc.line_of(("problem",)),
+                                  f"second example file for {ex.problem!r}")
+                if ex.problem in examples:
+                    # site examples add to the shipped ones
+                    prev = examples[ex.problem]
+                    ex = ExampleSet(problem=ex.problem, match=[*prev.match, *ex.match],
+                                    near_miss=[*prev.near_miss, *ex.near_miss])
+                examples[ex.problem] = ex
+                example_docs.setdefault(ex.problem, str(path))
+    if meta is None:
+        raise KBError(roots[0] / "kb.yaml", None, "missing: the KB needs a version and changelog")
+    kb = KB(meta, digest, problems, causes, examples, origins, example_docs,
+            [str(r) for r in roots])
+    check_references(kb)
+    return kb
+
+
+def check_references(kb: KB) -> None:
+    """Ids that point nowhere, checks and template values that code does not provide."""
+    from bot.sizing.checks import CHECKS, CONDITIONS, VALUES
+
+    seen_sig: dict[str, str] = {}
+    for p in kb.problems.values():
+        where = kb.origins[f"problem:{p.id}"]
+        for sig in p.signatures:
+            if sig.id in seen_sig:
+                raise KBError(where.path, where.line,
+                              f"duplicate signature id {sig.id!r} (also in {seen_sig[sig.id]})")
+            seen_sig[sig.id] = p.id
+            try:
+                sig.effective_anchors()
+            except ValueError as exc:
+                raise KBError(where.path, where.line, str(exc)) from None
+        for cid in p.causes:
+            if cid not in kb.causes:
+                raise KBError(where.path, where.line, f"problem {p.id}: unknown cause {cid!r}")
+        for rid in p.related:
+            if rid not in kb.problems:
+                raise KBError(where.path, where.line, f"problem {p.id}: unknown related {rid!r}")
+    for c in kb.causes.values():
+        where = kb.origins[f"cause:{c.id}"]
+        for sig_id in c.signals:
+            if sig_id not in seen_sig:
+                raise KBError(where.path, where.line, f"cause {c.id}: unknown signal {sig_id!r}")
+        if c.check is not None and c.check not in CHECKS:
+            raise KBError(where.path, where.line,
+                          f"cause {c.id}: unknown check {c.check!r} (known: {sorted(CHECKS)})")
+        for fx in c.fixes:
+            for cond in fx.withhold_if:
+                if cond not in CONDITIONS:
+                    raise KBError(where.path, where.line, f"fix {fx.id}: unknown condition "
+                                  f"{cond!r} (known: {sorted(CONDITIONS)})")
+            for tmpl in [fx.command, fx.predicted, fx.fallback_command or "",
+                         *fx.flags.values()]:
+                for name in template_fields(tmpl):
+                    if name not in VALUES:
+                        raise KBError(where.path, where.line,
+                                      f"fix {fx.id}: unknown value {{{name}}}")
+    for pid in kb.examples:
+        if pid not in kb.problems:
+            raise KBError(kb.example_docs[pid], None, f"examples for unknown problem {pid!r}")

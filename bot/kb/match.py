@@ -1,0 +1,167 @@
+"""Matching KB signatures against the lines the scanner offers, and ranking the problems.
+
+Ranking follows how an on-call engineer reads a log: the error that ended the process beats the
+warnings before it (kind first: error > warning > info), a more specific signature beats a
+generic one (weight), and between equals the later line wins (the last start attempt is the one
+that failed). A `fallback` signature (a CUDA OOM with no phase context) only counts on lines no
+specific signature explained.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from bot.evidence.base import FactSink, Line
+from bot.kb.loader import KB
+from bot.kb.schema import Signature
+from bot.schema import ProblemMatch
+
+KIND_RANK = {"error": 3, "warning": 2, "info": 1}
+MAX_EVIDENCE = 5
+
+
+@dataclass(frozen=True)
+class CompiledSignature:
+    problem_id: str
+    sig: Signature
+    regex: re.Pattern[str]
+    anchors: tuple[str, ...]
+    ctx_any: tuple[int, ...]
+    ctx_none: tuple[int, ...]
+
+
+@dataclass
+class _ProblemHits:
+    best_kind: int = 0
+    best_weight: float = 0.0
+    last_line: int = 0
+    signature_ids: list[str] = field(default_factory=list)
+    lines: list[tuple[int, str]] = field(default_factory=list)
+    count: int = 0
+
+
+class CompiledKB:
+    """Signatures and context patterns compiled once per KB (the KB's content hash)."""
+
+    def __init__(self, kb: KB) -> None:
+        self.kb = kb
+        ctx_index: dict[str, int] = {}
+        ctx: list[tuple[re.Pattern[str], tuple[str, ...]]] = []
+
+        def ctx_id(pattern: str) -> int:
+            if pattern not in ctx_index:
+                from bot.kb.safety import derive_anchor
+
+                anchor = derive_anchor(pattern)
+                assert anchor is not None  # guaranteed by Context validation
+                ctx_index[pattern] = len(ctx)
+                ctx.append((re.compile(pattern), (anchor,)))
+            return ctx_index[pattern]
+
+        sigs: list[CompiledSignature] = []
+        for problem in kb.problems.values():
+            for sig in problem.signatures:
+                flags = re.IGNORECASE if sig.ignore_case else 0
+                any_ids = tuple(ctx_id(p) for p in sig.context.any) if sig.context else ()
+                none_ids = tuple(ctx_id(p) for p in sig.context.none) if sig.context else ()
+                sigs.append(CompiledSignature(problem.id, sig, re.compile(sig.pattern, flags),
+                                              sig.effective_anchors(), any_ids, none_ids))
+        self.signatures = sigs
+        self.contexts = ctx
+        by_anchor: dict[str, list[int]] = {}
+        for i, cs in enumerate(sigs):
+            for a in cs.anchors:
+                by_anchor.setdefault(a, []).append(i)
+        self.by_anchor = by_anchor
+        self.ctx_by_anchor: dict[str, list[int]] = {}
+        for i, (_, anchors) in enumerate(ctx):
+            for a in anchors:
+                self.ctx_by_anchor.setdefault(a, []).append(i)
+        self.anchors = tuple(dict.fromkeys([*by_anchor, *self.ctx_by_anchor]))
+
+
+class Matcher:
+    """A scanner consumer: records which signatures matched which lines."""
+
+    follow = 0
+
+    def __init__(self, compiled: CompiledKB) -> None:
+        self.compiled = compiled
+        self.anchors = compiled.anchors
+        self._ctx_last: list[int] = [-(10**9)] * len(compiled.contexts)
+        self._hits: dict[str, _ProblemHits] = {}
+        self.signatures_seen: set[str] = set()
+
+    def feed(self, line: Line, sink: FactSink) -> None:
+        text = line.text
+        comp = self.compiled
+        for anchor, ids in comp.ctx_by_anchor.items():
+            if anchor in text:
+                for i in ids:
+                    if comp.contexts[i][0].search(text):
+                        self._ctx_last[i] = line.no
+        candidates: set[int] = set()
+        for anchor, ids in comp.by_anchor.items():
+            if anchor in text:
+                candidates.update(ids)
+        if not candidates:
+            return
+        matched = [comp.signatures[i] for i in sorted(candidates)
+                   if self._applies(comp.signatures[i], text, line.no)]
+        if any(not cs.sig.fallback for cs in matched):
+            matched = [cs for cs in matched if not cs.sig.fallback]
+        for cs in matched:
+            self._record(cs, line)
+
+    def _applies(self, cs: CompiledSignature, text: str, line_no: int) -> bool:
+        if not cs.regex.search(text):
+            return False
+        ctx = cs.sig.context
+        if ctx is None:
+            return True
+        lo = line_no - ctx.within
+        if cs.ctx_any and not any(self._ctx_last[i] >= lo for i in cs.ctx_any):
+            return False
+        return not any(self._ctx_last[i] >= lo for i in cs.ctx_none)
+
+    def _record(self, cs: CompiledSignature, line: Line) -> None:
+        self.signatures_seen.add(cs.sig.id)
+        hits = self._hits.setdefault(cs.problem_id, _ProblemHits())
+        kind = KIND_RANK[cs.sig.kind]
+        hits.count += 1
+        if (kind, cs.sig.weight) > (hits.best_kind, hits.best_weight):
+            hits.best_kind, hits.best_weight = kind, cs.sig.weight
+        if kind == hits.best_kind:
+            hits.last_line = max(hits.last_line, line.no)
+        if cs.sig.id not in hits.signature_ids:
+            hits.signature_ids.append(cs.sig.id)
+        # keep the first line and the latest ones: the first shows where it began, the
+        # latest what finally failed
+        entry = (line.no, line.text)
+        if len(hits.lines) < MAX_EVIDENCE:
+            hits.lines.append(entry)
+        elif entry[0] != hits.lines[-1][0]:
+            hits.lines = [hits.lines[0], *hits.lines[2:], entry]
+
+    def finish(self, sink: FactSink) -> None:
+        """Nothing to flush: results are read with `problems()`."""
+
+    def problems(self, redact: Callable[[str], str] | None = None) -> list[ProblemMatch]:
+        ranked = sorted(self._hits.items(),
+                        key=lambda kv: (kv[1].best_kind, kv[1].best_weight, kv[1].last_line),
+                        reverse=True)
+        out = []
+        for pid, hits in ranked:
+            problem = self.compiled.kb.problems[pid]
+            corroboration = 0.03 * (len(hits.signature_ids) - 1)
+            confidence = round(min(0.99, hits.best_weight + corroboration), 2)
+            lines = [text for _, text in hits.lines]
+            if redact is not None:
+                lines = [redact(t) for t in lines]
+            out.append(ProblemMatch(
+                id=pid, title=problem.title, confidence=confidence,
+                evidence=lines, line_numbers=[n for n, _ in hits.lines],
+                summary=problem.short_answer.strip(), signature_ids=list(hits.signature_ids)))
+        return out

@@ -1,0 +1,77 @@
+"""Running the KB's own examples: every excerpt must match its problem, no near-miss may.
+
+This is what `inferbot kb test` and `inferbot kb validate` run, and what the test suite runs,
+so a KB edit that breaks an example fails the same way everywhere.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from bot.evidence.base import FactSink
+from bot.evidence.scan import Scanner
+from bot.kb.loader import KB
+from bot.kb.match import CompiledKB, Matcher
+from bot.kb.yamlio import KBError, load
+
+
+@dataclass(frozen=True)
+class ExampleResult:
+    problem_id: str
+    kind: str  # "match" | "near_miss"
+    index: int
+    source: str
+    ok: bool
+    got: list[str]  # problem ids found, best first
+    path: str
+    line: int | None
+
+    def message(self) -> str:
+        where = f"{self.path}:{self.line}" if self.line else self.path
+        found = ", ".join(self.got) or "nothing"
+        if self.kind == "match":
+            return (f"{where}: example {self.index} ({self.source}) does not match "
+                    f"{self.problem_id} as expected (found: {found})")
+        return (f"{where}: near-miss {self.index} ({self.source}) matches {self.problem_id} "
+                f"(found: {found})")
+
+
+def match_problems(compiled: CompiledKB, text: str) -> list[str]:
+    """Problem ids for `text`, best first: the matching half of a diagnosis, no planning."""
+    matcher = Matcher(compiled)
+    Scanner([matcher]).scan(text, FactSink())
+    return [p.id for p in matcher.problems()]
+
+
+def run_examples(kb: KB) -> list[ExampleResult]:
+    compiled = CompiledKB(kb)
+    results: list[ExampleResult] = []
+    for pid, exset in sorted(kb.examples.items()):
+        path = kb.example_docs[pid]
+        doc = load(Path(path))
+        for kind, items in (("match", exset.match), ("near_miss", exset.near_miss)):
+            for i, ex in enumerate(items):
+                got = match_problems(compiled, ex.text)
+                if kind == "match":
+                    ok = (got[:1] == [pid]) if ex.expect == "top" else pid in got
+                else:
+                    ok = pid not in got
+                results.append(ExampleResult(pid, kind, i, ex.source, ok, got, path,
+                                             doc.line_of((kind, i))))
+    return results
+
+
+def coverage_errors(kb: KB, min_match: int = 3, min_near: int = 2) -> list[KBError]:
+    """Every problem needs real excerpts that must match and near-misses that must not."""
+    errors = []
+    for pid in sorted(kb.problems):
+        origin = kb.origins[f"problem:{pid}"]
+        ex = kb.examples.get(pid)
+        n_match = len(ex.match) if ex else 0
+        n_near = len(ex.near_miss) if ex else 0
+        if n_match < min_match or n_near < min_near:
+            errors.append(KBError(origin.path, origin.line,
+                                  f"problem {pid} has {n_match} matching examples and {n_near} "
+                                  f"near-misses; needs at least {min_match} and {min_near}"))
+    return errors

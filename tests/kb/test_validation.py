@@ -1,0 +1,161 @@
+"""`inferbot kb validate` names the file and line of every kind of KB mistake."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from bot.kb.loader import _load
+from bot.kb.testing import run_examples
+from bot.kb.yamlio import KBError
+
+KB_YAML = """\
+version: "t1"
+changelog:
+  - version: "t1"
+    date: "2026-11-30"
+    changes: ["test KB"]
+"""
+
+PROBLEM = """\
+id: demo-problem
+revision: 1
+title: Demo
+short_answer: Demo answer.
+memory_problem: true
+signatures:
+  - id: demo-sig
+    pattern: 'No available memory for the cache blocks'
+causes: [demo-cause]
+"""
+
+CAUSE = """\
+id: demo-cause
+revision: 1
+title: Demo cause
+explanation: Because.
+signals: [demo-sig]
+"""
+
+EXAMPLES = """\
+problem: demo-problem
+match:
+  - source: https://github.com/vllm-project/vllm/issues/10439
+    text: "ValueError: No available memory for the cache blocks. Try increasing"
+near_miss:
+  - source: https://github.com/vllm-project/vllm/issues/10517
+    text: "INFO # GPU blocks: 1952, # CPU blocks: 2048"
+"""
+
+
+def make_kb(tmp_path: Path, problem: str = PROBLEM, cause: str = CAUSE,
+            examples: str = EXAMPLES, extra: dict[str, str] | None = None) -> Path:
+    root = tmp_path / "kb"
+    files = {"kb.yaml": KB_YAML, "problems/demo-problem.yaml": problem,
+             "causes/demo-cause.yaml": cause, "examples/demo-problem.yaml": examples,
+             **(extra or {})}
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+    return root
+
+
+def load_error(root: Path) -> KBError:
+    with pytest.raises(KBError) as info:
+        _load([root], "test")
+    return info.value
+
+
+def test_valid_kb_loads_and_its_examples_pass(tmp_path: Path) -> None:
+    kb = _load([make_kb(tmp_path)], "test")
+    assert kb.version == "t1"
+    assert all(r.ok for r in run_examples(kb))
+
+
+def test_bad_regex_names_file_and_line(tmp_path: Path) -> None:
+    root = make_kb(tmp_path, problem=PROBLEM.replace(
+        "'No available memory for the cache blocks'", "'No available (memory'"))
+    err = load_error(root)
+    assert err.path.endswith("problems/demo-problem.yaml")
+    assert err.line == 8  # the `pattern:` line
+    assert "bad regex" in err.message
+
+
+def test_unbounded_repeat_is_rejected_as_unsafe(tmp_path: Path) -> None:
+    root = make_kb(tmp_path, problem=PROBLEM.replace(
+        "'No available memory for the cache blocks'", r"'No available memory \d+ blocks'"))
+    err = load_error(root)
+    assert err.line == 8 and "unbounded repeat" in err.message
+
+
+def test_unknown_key_names_the_key_line(tmp_path: Path) -> None:
+    root = make_kb(tmp_path, problem=PROBLEM + "severity: high\n")
+    err = load_error(root)
+    assert err.line == 10
+    assert "unknown key 'severity'" in err.message
+
+
+def test_duplicate_id_names_both_places(tmp_path: Path) -> None:
+    root = make_kb(tmp_path, extra={"problems/copy.yaml": PROBLEM.replace("demo-sig",
+                                                                          "demo-sig-2")})
+    err = load_error(root)
+    assert err.path.endswith("problems/demo-problem.yaml") or err.path.endswith("copy.yaml")
+    assert err.line == 1
+    assert "duplicate problem id 'demo-problem'" in err.message
+
+
+def test_higher_revision_in_a_site_folder_overrides(tmp_path: Path) -> None:
+    shipped = make_kb(tmp_path)
+    site = tmp_path / "site" / "problems"
+    site.mkdir(parents=True)
+    (site / "demo.yaml").write_text(PROBLEM.replace("revision: 1", "revision: 2")
+                                    .replace("title: Demo", "title: Site demo"))
+    kb = _load([shipped, tmp_path / "site"], "test")
+    assert kb.problems["demo-problem"].title == "Site demo"
+
+
+def test_example_that_does_not_match_names_its_line(tmp_path: Path) -> None:
+    examples = EXAMPLES.replace('"ValueError: No available memory for the cache blocks. Try '
+                                'increasing"', '"ValueError: something else entirely"')
+    kb = _load([make_kb(tmp_path, examples=examples)], "test")
+    bad = [r for r in run_examples(kb) if not r.ok]
+    assert len(bad) == 1 and bad[0].kind == "match"
+    assert bad[0].line == 3
+    assert "does not match demo-problem" in bad[0].message()
+    assert bad[0].message().startswith(str(bad[0].path) + ":3:")
+
+
+def test_near_miss_that_matches_names_its_line(tmp_path: Path) -> None:
+    examples = EXAMPLES.replace('"INFO # GPU blocks: 1952, # CPU blocks: 2048"',
+                                '"No available memory for the cache blocks"')
+    kb = _load([make_kb(tmp_path, examples=examples)], "test")
+    bad = [r for r in run_examples(kb) if not r.ok]
+    assert len(bad) == 1 and bad[0].kind == "near_miss"
+    assert bad[0].line == 6
+    assert "near-miss 0" in bad[0].message()
+
+
+def test_unknown_cause_reference_is_an_error(tmp_path: Path) -> None:
+    root = make_kb(tmp_path, problem=PROBLEM.replace("causes: [demo-cause]",
+                                                     "causes: [no-such-cause]"))
+    assert "unknown cause 'no-such-cause'" in load_error(root).message
+
+
+def test_template_with_attribute_access_is_rejected(tmp_path: Path) -> None:
+    cause = CAUSE + textwrap.dedent("""\
+        fixes:
+          - id: bad-fix
+            title: Bad
+            command: "vllm serve {model.__class__}"
+        """)
+    err = load_error(make_kb(tmp_path, cause=cause))
+    assert err.line is not None and err.line >= 7
+    assert "plain name" in err.message
+
+
+def test_invalid_yaml_names_the_line(tmp_path: Path) -> None:
+    err = load_error(make_kb(tmp_path, problem=PROBLEM + "signatures: [unclosed\n"))
+    assert err.line is not None and "invalid YAML" in err.message
