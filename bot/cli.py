@@ -64,7 +64,7 @@ def _load_kb() -> KB:
 def cmd_diagnose(args: argparse.Namespace) -> int:
     from bot.diagnose import diagnose
     from bot.render.text import render
-    from bot.schema import Evidence
+    from bot.schema import Evidence, to_json
 
     kb = _load_kb()
     stream, _name = _open_input(args.file)
@@ -73,7 +73,7 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     finally:
         if stream is not sys.stdin.buffer:
             stream.close()
-    out = d.model_dump_json(indent=2) if args.json else render(d)
+    out = to_json(d, indent=2) if args.json else render(d)
     sys.stdout.write(out + "\n")
     sys.stdout.flush()
     if args.chart:
@@ -143,8 +143,10 @@ def _kb_show(kb: KB, ident: str | None) -> int:
     if entry is None:
         known = ", ".join(sorted([*kb.problems, *kb.causes]))
         raise UsageError(f"no problem or cause {ident!r}; known: {known}")
-    sys.stdout.write(yaml.safe_dump(entry.model_dump(exclude_defaults=True), sort_keys=False,
-                                    allow_unicode=True, width=100))
+    from bot.schema import to_data
+
+    sys.stdout.write(yaml.safe_dump(to_data(entry), sort_keys=False, allow_unicode=True,
+                                    width=100))
     return EXIT_OK
 
 

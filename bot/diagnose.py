@@ -7,6 +7,7 @@ Every adapter (CLI, Slack, collector) calls `diagnose` and renders or stores wha
 
 from __future__ import annotations
 
+import dataclasses
 from functools import lru_cache
 from typing import BinaryIO
 
@@ -17,7 +18,16 @@ from bot.evidence.scan import Scanner
 from bot.fingerprint import fingerprint
 from bot.kb.loader import KB
 from bot.kb.match import CompiledKB, Matcher
-from bot.schema import Diagnosis, Evidence, Facts, Guide, GuideStep, InputStats, ProblemMatch
+from bot.schema import (
+    Diagnosis,
+    Evidence,
+    Facts,
+    Guide,
+    GuideStep,
+    InputStats,
+    ProblemMatch,
+    field_names,
+)
 from bot.sizing.plan import plan
 
 MAX_EXCERPT_LINES = 40
@@ -69,11 +79,9 @@ def _merge(from_text: Facts, collected: Facts | None) -> Facts:
     """Facts read from the host win over facts read from pasted text: they are current."""
     if collected is None:
         return from_text
-    merged = from_text.model_dump()
-    for name, value in collected.model_dump().items():
-        if value is not None and value != []:
-            merged[name] = value
-    return Facts.model_validate(merged)
+    updates = {name: getattr(collected, name) for name in field_names(Facts)
+               if getattr(collected, name) not in (None, [])}
+    return dataclasses.replace(from_text, **updates)
 
 
 def _guide(kb: KB, problem_id: str) -> Guide:

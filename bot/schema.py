@@ -1,8 +1,14 @@
 """The core's vocabulary: what goes into a diagnosis and what comes out.
 
-Every adapter (CLI, Slack, collector, store) speaks these models and nothing else, so a field
+Every adapter (CLI, Slack, collector, store) speaks these types and nothing else, so a field
 added here is visible everywhere at once. The JSON contract of `inferbot diagnose --json` is
-`Diagnosis.model_dump(mode="json")`; fields may be added, never renamed.
+`to_json(diagnosis)`; fields may be added, never renamed.
+
+These are stdlib dataclasses, not pydantic models, on purpose: `inferbot diagnose` must start
+in about the time it takes to import pydantic, and defining pydantic classes costs more than
+that. Pydantic still guards every boundary: `parse(cls, data)` validates untrusted data (JSON
+read back from the store, Slack payloads, KB files) against these same classes, with unknown
+keys rejected (`__pydantic_config__`).
 
 A fact that is not known is None, never a guess: downstream arithmetic relies on that to tell
 "the log says 0" from "the log says nothing".
@@ -10,23 +16,54 @@ A fact that is not known is None, never a guess: downstream arithmetic relies on
 
 from __future__ import annotations
 
-from typing import Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal, TypeVar
 
 GIB = 1 << 30
 MIB = 1 << 20
 
 Engine = Literal["vllm", "sglang", "tgi"]
 Source = Literal["cli", "slack", "collector", "api"]
+T = TypeVar("T")
+
+_FORBID: dict[str, Any] = {"extra": "forbid"}
 
 
-class Strict(BaseModel):
-    """Base for boundary models: unknown keys are errors, not silently dropped."""
+def parse(cls: type[T], data: Any) -> T:
+    """Validate untrusted `data` into `cls` (raises pydantic.ValidationError)."""
+    from pydantic import TypeAdapter  # imported only where untrusted data enters
 
-    model_config = ConfigDict(extra="forbid")
+    return TypeAdapter(cls).validate_python(data)
 
 
+def to_data(obj: Any) -> dict[str, Any]:
+    """Plain dict/list/scalar form of a schema object, ready for JSON."""
+    return dataclasses.asdict(obj)
+
+
+def to_json(obj: Any, indent: int | None = None) -> str:
+    return json.dumps(to_data(obj), indent=indent, ensure_ascii=False)
+
+
+def field_names(cls: type[Any]) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(cls))
+
+
+def _unit(name: str, value: float) -> None:
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"{name} must be between 0 and 1, got {value}")
+
+
+@dataclass(slots=True, kw_only=True)
+class Strict:
+    """Base for schema types: unknown keys are errors when validated with `parse`."""
+
+    __pydantic_config__: ClassVar[dict[str, Any]] = _FORBID
+
+
+@dataclass(slots=True, kw_only=True)
 class GpuInfo(Strict):
     """One GPU as nvidia-smi or NVML reports it. MiB as the tools print them."""
 
@@ -45,6 +82,7 @@ class GpuInfo(Strict):
     parent_index: int | None = None
 
 
+@dataclass(slots=True, kw_only=True)
 class GpuProcess(Strict):
     """A process holding GPU memory. `is_server` marks the inference server under diagnosis."""
 
@@ -57,6 +95,7 @@ class GpuProcess(Strict):
     is_server: bool | None = None
 
 
+@dataclass(slots=True, kw_only=True)
 class Facts(Strict):
     """Numbers and settings read from the evidence. GiB are 2**30 bytes, as vLLM prints them."""
 
@@ -122,16 +161,15 @@ class Facts(Strict):
     running_requests: int | None = None
     waiting_requests: int | None = None
     # pasted nvidia-smi / collected GPU state
-    gpus: list[GpuInfo] = Field(default_factory=list)
-    processes: list[GpuProcess] = Field(default_factory=list)
+    gpus: list[GpuInfo] = field(default_factory=list)
+    processes: list[GpuProcess] = field(default_factory=list)
 
     def known(self) -> dict[str, Any]:
         """The facts that are set, for display and for filling fix templates."""
-        return {
-            k: v for k, v in self.model_dump().items() if v is not None and v != [] and v != {}
-        }
+        return {k: v for k, v in to_data(self).items() if v is not None and v != []}
 
 
+@dataclass(slots=True, kw_only=True)
 class InputStats(Strict):
     """How much was read, so an answer can say it looked at everything (or what it skipped)."""
 
@@ -142,6 +180,7 @@ class InputStats(Strict):
     note: str | None = None
 
 
+@dataclass(slots=True, kw_only=True)
 class Evidence(Strict):
     """What an adapter hands the core: text (a paste, a log, a file) plus collected state.
 
@@ -157,9 +196,10 @@ class Evidence(Strict):
     user: str | None = None
     collected: Facts | None = None  # facts read from a host, not from text; they win on conflict
     model_config_json: dict[str, Any] | None = None
-    notes: list[str] = Field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
 
+@dataclass(slots=True, kw_only=True)
 class SignatureHit(Strict):
     """One KB signature that matched one line."""
 
@@ -170,24 +210,33 @@ class SignatureHit(Strict):
     line: str  # redacted, bounded
 
 
+@dataclass(slots=True, kw_only=True)
 class ProblemMatch(Strict):
     id: str
     title: str
-    confidence: float = Field(ge=0.0, le=1.0)
-    evidence: list[str] = Field(default_factory=list)
-    line_numbers: list[int] = Field(default_factory=list)
+    confidence: float
+    evidence: list[str] = field(default_factory=list)
+    line_numbers: list[int] = field(default_factory=list)
     summary: str = ""
-    signature_ids: list[str] = Field(default_factory=list)
+    signature_ids: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        _unit("confidence", self.confidence)
 
 
+@dataclass(slots=True, kw_only=True)
 class CauseMatch(Strict):
     id: str
     title: str
-    confidence: float = Field(ge=0.0, le=1.0)
+    confidence: float
     why: str = ""
     explanation: str = ""
 
+    def __post_init__(self) -> None:
+        _unit("confidence", self.confidence)
 
+
+@dataclass(slots=True, kw_only=True)
 class Fix(Strict):
     """A command the user can paste, with the computed value and what it will change."""
 
@@ -195,14 +244,13 @@ class Fix(Strict):
     title: str
     cause_id: str | None = None
     command: str
-    flags: dict[str, str | int | float | bool | None] = Field(default_factory=dict)
+    flags: dict[str, str | int | float | bool | None] = field(default_factory=dict)
     predicted: str = ""
-    disruption: int = Field(
-        default=5, description="0 = config-only restart ... 9 = new hardware; ordering key"
-    )
+    disruption: int = 5  # 0 = a flag on restart ... 9 = new hardware; the ordering key
     computed: bool = True  # False when the value could not be computed from the evidence
 
 
+@dataclass(slots=True, kw_only=True)
 class WithheldFix(Strict):
     """A fix the KB lists that cannot work here, and why (shown so nobody tries it anyway)."""
 
@@ -211,10 +259,10 @@ class WithheldFix(Strict):
     reason: str
 
 
-class Sizing(BaseModel):
-    """The memory arithmetic. Open for new fields: renderers show what is present."""
-
-    model_config = ConfigDict(extra="allow")
+@dataclass(slots=True, kw_only=True)
+class Sizing(Strict):
+    """The memory arithmetic. Renderers show what is present; `extra` holds named figures
+    that have no field of their own yet (shown as they are)."""
 
     is_estimate: bool = False
     basis: str = ""  # "log", "host", "catalog": where the budget came from
@@ -227,42 +275,46 @@ class Sizing(BaseModel):
     kv_cache_needed_gib: float | None = None
     max_model_len_that_fits: int | None = None
     max_concurrency: float | None = None
-    notes: list[str] = Field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(slots=True, kw_only=True)
 class GuideStep(Strict):
     title: str
     command: str | None = None
     explain: str | None = None
 
 
+@dataclass(slots=True, kw_only=True)
 class Guide(Strict):
     """The KB's prose for the top problem: how to confirm, what to run, how to prevent it."""
 
     short_answer: str = ""
-    confirm: list[str] = Field(default_factory=list)
-    diagnostics: list[GuideStep] = Field(default_factory=list)
-    prevention: list[str] = Field(default_factory=list)
+    confirm: list[str] = field(default_factory=list)
+    diagnostics: list[GuideStep] = field(default_factory=list)
+    prevention: list[str] = field(default_factory=list)
     architecture: str = ""
-    faq: list[dict[str, str]] = Field(default_factory=list)
+    faq: list[dict[str, str]] = field(default_factory=list)
 
 
-class Diagnosis(BaseModel):
-    """The core's answer. `model_dump(mode='json')` is the JSON contract (design.md)."""
+@dataclass(slots=True, kw_only=True)
+class Diagnosis(Strict):
+    """The core's answer. `to_json(diagnosis)` is the JSON contract (design.md)."""
 
     kb_version: str
     kb_hash: str = ""
     fingerprint: str
     incident_id: int | None = None
     host: str | None = None
-    problems: list[ProblemMatch] = Field(default_factory=list)
-    causes: list[CauseMatch] = Field(default_factory=list)
-    facts: Facts = Field(default_factory=Facts)
+    problems: list[ProblemMatch] = field(default_factory=list)
+    causes: list[CauseMatch] = field(default_factory=list)
+    facts: Facts = field(default_factory=Facts)
     sizing: Sizing | None = None
-    fixes: list[Fix] = Field(default_factory=list)
-    withheld_fixes: list[WithheldFix] = Field(default_factory=list)
+    fixes: list[Fix] = field(default_factory=list)
+    withheld_fixes: list[WithheldFix] = field(default_factory=list)
     guide: Guide | None = None
-    input: InputStats = Field(default_factory=InputStats)
+    input: InputStats = field(default_factory=InputStats)
     excerpt: str = ""  # redacted, bounded: the lines that matter, for storage and display
 
     @property

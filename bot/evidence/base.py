@@ -14,7 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
-from bot.schema import Facts, GpuInfo, GpuProcess
+from bot.schema import Facts, GpuInfo, GpuProcess, field_names
+
+_FACT_NAMES = frozenset(field_names(Facts)) - {"gpus", "processes"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +38,7 @@ class FactSink:
         self.processes: dict[tuple[int | None, int | None, str | None], GpuProcess] = {}
 
     def set(self, name: str, value: Any, line_no: int = 0) -> None:
-        if name not in Facts.model_fields or name in ("gpus", "processes"):
+        if name not in _FACT_NAMES:
             raise KeyError(f"unknown fact {name!r}")
         if value is None:
             return
@@ -63,10 +65,8 @@ class FactSink:
         self.processes[(proc.gpu_index, proc.pid, proc.gpu_uuid)] = proc
 
     def build(self) -> Facts:
-        values = dict(self._values)
-        values["gpus"] = list(self.gpus.values())
-        values["processes"] = list(self.processes.values())
-        return Facts.model_validate(values)
+        return Facts(**self._values, gpus=list(self.gpus.values()),
+                     processes=list(self.processes.values()))
 
 
 class Extractor(Protocol):

@@ -1,37 +1,78 @@
-"""The knowledge base's file formats, as pydantic models.
+"""The knowledge base's file formats.
 
 Problems are symptoms (what the log shows); causes are why it happened (what the facts show);
-fixes hang off causes. Everything here is data: patterns are regular expressions compiled with
-linear-time guards (see `bot.kb.safety`), checks and withhold conditions are names looked up in
+fixes hang off causes. Everything here is data: patterns are regular expressions held to a
+linear-time rule (see `bot.kb.safety`), checks and withhold conditions are names looked up in
 code registries, and fix commands are `{name}` templates filled from computed values.
+
+The types are frozen stdlib dataclasses validated by pydantic when a file is loaded
+(`bot.kb.yamlio.Doc.validate`: unknown keys, wrong types and every `__post_init__` check become
+errors with file and line). The loaded KB is cached as these same objects, so a cached start
+needs neither YAML parsing nor pydantic.
 """
 
 from __future__ import annotations
 
 import re
 import string
-from typing import Literal
-
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
 
 from bot.kb.safety import UnsafePattern, anchor_variants, check_linear, derive_anchor
 
-KEBAB = r"^[a-z0-9]+(?:-[a-z0-9]+)*$"
-SNAKE = r"^[a-z][a-z0-9_]*$"
+KEBAB = re.compile(r"[a-z0-9]{1,40}(?:-[a-z0-9]{1,40}){0,12}")
+SNAKE = re.compile(r"[a-z][a-z0-9_]{0,63}")
+_FORBID: dict[str, Any] = {"extra": "forbid"}
 
 
-class KBModel(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+# Checks raise "<key>: <message>"; bot.kb.yamlio reads the key to point at that key's line.
 
 
-def _check_regex(value: str) -> str:
+def _id(key: str, value: str) -> None:
+    if not KEBAB.fullmatch(value):
+        raise ValueError(f"{key}: {value!r} must be kebab-case (a-z, 0-9, -)")
+
+
+def _range(key: str, value: float, lo: float, hi: float) -> None:
+    if not lo <= value <= hi:
+        raise ValueError(f"{key}: must be between {lo} and {hi}, got {value}")
+
+
+def _linear_regex(key: str, value: str) -> None:
     try:
         re.compile(value)
     except re.error as exc:
-        raise ValueError(f"bad regex {value!r}: {exc}") from exc
-    return value
+        raise ValueError(f"{key}: bad regex {value!r}: {exc}") from None
+    try:
+        check_linear(value)
+    except UnsafePattern as exc:
+        raise ValueError(f"{key}: {exc}") from None
 
 
+def template_fields(template: str) -> list[str]:
+    """Placeholder names in a fix template; only plain `{name}` / `{name:spec}` are allowed."""
+    names = []
+    try:
+        parsed = list(string.Formatter().parse(template))
+    except ValueError as exc:
+        raise ValueError(f"bad template {template!r}: {exc}") from None
+    for _, name, _, _ in parsed:
+        if name is None:
+            continue
+        if not SNAKE.fullmatch(name):
+            raise ValueError(
+                f"template placeholder {{{name}}} must be a plain name (no attributes, indexes)"
+            )
+        names.append(name)
+    return names
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KBModel:
+    __pydantic_config__: ClassVar[dict[str, Any]] = _FORBID
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Context(KBModel):
     """Lines that must (or must not) appear shortly before a signature line for it to count.
 
@@ -39,56 +80,46 @@ class Context(KBModel):
     frame is a weight-loading OOM and after `capture_model` a CUDA-graph OOM.
     """
 
-    any: list[str] = Field(default_factory=list, description="at least one must appear")
-    none: list[str] = Field(default_factory=list, description="none may appear")
-    within: int = Field(default=80, ge=0, le=2000, description="lines before the signature")
+    any: list[str] = field(default_factory=list)  # at least one must appear
+    none: list[str] = field(default_factory=list)  # none may appear
+    within: int = 80  # lines before the signature
 
-    @field_validator("any", "none")
-    @classmethod
-    def _regexes(cls, value: list[str]) -> list[str]:
-        for v in value:
-            _check_regex(v)
-            try:
-                check_linear(v)
-            except UnsafePattern as exc:
-                raise ValueError(str(exc)) from None
-            if derive_anchor(v) is None:
-                raise ValueError(f"context pattern {v!r} needs a literal of 3+ characters")
-        return value
+    def __post_init__(self) -> None:
+        _range("within", self.within, 0, 2000)
+        for key, values in (("any", self.any), ("none", self.none)):
+            for v in values:
+                _linear_regex(key, v)
+                if derive_anchor(v) is None:
+                    raise ValueError(f"{key}: pattern {v!r} needs a literal of 3+ characters")
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Signature(KBModel):
-    id: str = Field(pattern=KEBAB)
+    id: str
     pattern: str
     kind: Literal["error", "warning", "info"] = "error"
-    weight: float = Field(default=0.9, gt=0.0, le=1.0)
+    weight: float = 0.9
     engine: Literal["vllm", "sglang", "tgi", "torch", "nccl", "nvidia", "any"] = "any"
     ignore_case: bool = False
     # Literals, one of which every matching line contains; derived from the pattern when
     # omitted. The scanner looks for these before it runs any regex, so they must be exact.
-    anchors: list[str] = Field(default_factory=list)
+    anchors: list[str] = field(default_factory=list)
     context: Context | None = None
     # A fallback hit is dropped when the same line also matched a non-fallback signature.
     fallback: bool = False
     note: str = ""
 
-    @field_validator("pattern")
-    @classmethod
-    def _pattern(cls, value: str) -> str:
-        _check_regex(value)
-        try:
-            check_linear(value)
-        except UnsafePattern as exc:
-            raise ValueError(str(exc)) from None
-        return value
-
-    @field_validator("anchors")
-    @classmethod
-    def _anchors(cls, value: list[str]) -> list[str]:
-        for a in value:
+    def __post_init__(self) -> None:
+        _id("id", self.id)
+        _range("weight", self.weight, 0.01, 1.0)
+        _linear_regex("pattern", self.pattern)
+        for a in self.anchors:
             if len(a) < 3 or set(a) & set("<>&\r\n"):
-                raise ValueError(f"anchor {a!r}: at least 3 characters, no < > & or newlines")
-        return value
+                raise ValueError(f"anchors: {a!r} needs 3+ characters and no < > & or newlines")
+        try:
+            self.effective_anchors()
+        except ValueError as exc:
+            raise ValueError(f"pattern: {exc}") from None
 
     def effective_anchors(self) -> tuple[str, ...]:
         if self.anchors:
@@ -105,75 +136,66 @@ class Signature(KBModel):
         return tuple(dict.fromkeys(out))
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Diagnostic(KBModel):
     title: str
     command: str | None = None
     explain: str | None = None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class FAQ(KBModel):
     q: str
     a: str
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Problem(KBModel):
-    id: str = Field(pattern=KEBAB)
-    revision: int = Field(ge=1)
+    id: str
+    revision: int
     title: str
     short_answer: str
-    memory_problem: bool = Field(
-        description="True when the symptom is about GPU memory; gates the sizing arithmetic"
-    )
-    signatures: list[Signature] = Field(min_length=1)
-    causes: list[str] = Field(default_factory=list, description="candidate cause ids")
-    confirm: list[str] = Field(default_factory=list)
-    diagnostics: list[Diagnostic] = Field(default_factory=list)
-    prevention: list[str] = Field(default_factory=list)
+    memory_problem: bool  # True when the symptom is about GPU memory
+    signatures: list[Signature]
+    causes: list[str] = field(default_factory=list)  # candidate cause ids
+    confirm: list[str] = field(default_factory=list)
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    prevention: list[str] = field(default_factory=list)
     architecture: str = ""
-    faq: list[FAQ] = Field(default_factory=list)
-    related: list[str] = Field(default_factory=list)
+    faq: list[FAQ] = field(default_factory=list)
+    related: list[str] = field(default_factory=list)
     affects: str = ""
 
-
-def template_fields(template: str) -> list[str]:
-    """Placeholder names in a fix template; only plain `{name}` / `{name:spec}` are allowed."""
-    names = []
-    for _, field, _, _ in string.Formatter().parse(template):
-        if field is None:
-            continue
-        if not re.fullmatch(SNAKE, field):
-            raise ValueError(
-                f"template placeholder {{{field}}} must be a plain name (no attributes, indexes)"
-            )
-        names.append(field)
-    return names
+    def __post_init__(self) -> None:
+        _id("id", self.id)
+        _range("revision", self.revision, 1, 10**6)
+        if not self.signatures:
+            raise ValueError("signatures: a problem needs at least one signature")
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class FixTemplate(KBModel):
-    id: str = Field(pattern=KEBAB)
+    id: str
     title: str
     engine: Literal["vllm", "sglang", "tgi", "any"] = "vllm"
     command: str
-    flags: dict[str, str] = Field(default_factory=dict)
+    flags: dict[str, str] = field(default_factory=dict)
     predicted: str = ""
     # Used when a placeholder cannot be computed from the evidence; shown as not computed.
     fallback_command: str | None = None
-    disruption: int = Field(default=5, ge=0, le=9)
-    withhold_if: list[str] = Field(default_factory=list, description="named conditions")
+    disruption: int = 5  # 0 = a flag on restart ... 9 = new hardware
+    withhold_if: list[str] = field(default_factory=list)  # named conditions
 
-    @field_validator("command", "predicted", "fallback_command")
-    @classmethod
-    def _template(cls, value: str | None) -> str | None:
-        if value is not None:
-            template_fields(value)
-        return value
-
-    @field_validator("flags")
-    @classmethod
-    def _flag_templates(cls, value: dict[str, str]) -> dict[str, str]:
-        for v in value.values():
-            template_fields(v)
-        return value
+    def __post_init__(self) -> None:
+        _id("id", self.id)
+        _range("disruption", self.disruption, 0, 9)
+        for key, tmpl in [("command", self.command), ("predicted", self.predicted),
+                          ("fallback_command", self.fallback_command or ""),
+                          *(("flags", v) for v in self.flags.values())]:
+            try:
+                template_fields(tmpl)
+            except ValueError as exc:
+                raise ValueError(f"{key}: {exc}") from None
 
     def placeholders(self) -> set[str]:
         names = set(template_fields(self.command)) | set(template_fields(self.predicted))
@@ -182,39 +204,61 @@ class FixTemplate(KBModel):
         return names
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Cause(KBModel):
-    id: str = Field(pattern=KEBAB)
-    revision: int = Field(ge=1)
+    id: str
+    revision: int
     title: str
     explanation: str
     # How the facts rank this cause: `signals` are signature ids whose presence supports it
     # directly (an NCCL "shared memory segment" warning); `check` names arithmetic in
     # bot.sizing.checks; `prior` is the confidence when neither can tell.
-    signals: list[str] = Field(default_factory=list)
-    check: str | None = Field(default=None, pattern=SNAKE)
-    prior: float = Field(default=0.3, ge=0.0, le=1.0)
-    fixes: list[FixTemplate] = Field(default_factory=list)
+    signals: list[str] = field(default_factory=list)
+    check: str | None = None
+    prior: float = 0.3
+    fixes: list[FixTemplate] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        _id("id", self.id)
+        _range("revision", self.revision, 1, 10**6)
+        _range("prior", self.prior, 0.0, 1.0)
+        if self.check is not None and not SNAKE.fullmatch(self.check):
+            raise ValueError(f"check: {self.check!r} must be a snake_case name")
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Example(KBModel):
-    source: str = Field(description="public URL the excerpt was taken from")
-    text: str = Field(min_length=1)
+    source: str  # public URL the excerpt was taken from
+    text: str
     note: str = ""
     expect: Literal["top", "any"] = "top"
 
+    def __post_init__(self) -> None:
+        if not self.text.strip():
+            raise ValueError("text: an example needs text")
+        if not self.source.startswith(("http://", "https://")):
+            raise ValueError(f"source: {self.source!r} must be the public URL of the excerpt")
 
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ExampleSet(KBModel):
-    problem: str = Field(pattern=KEBAB)
-    match: list[Example] = Field(default_factory=list)
-    near_miss: list[Example] = Field(default_factory=list)
+    problem: str
+    match: list[Example] = field(default_factory=list)
+    near_miss: list[Example] = field(default_factory=list)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ChangelogEntry(KBModel):
     version: str
     date: str
-    changes: list[str] = Field(min_length=1)
+    changes: list[str]
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class KBMeta(KBModel):
     version: str
-    changelog: list[ChangelogEntry] = Field(min_length=1)
+    changelog: list[ChangelogEntry]
+
+    def __post_init__(self) -> None:
+        if not self.changelog:
+            raise ValueError("changelog: needs at least one entry")

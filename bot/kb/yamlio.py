@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
-from pydantic import BaseModel, ValidationError
 
 try:  # the C loader is ten times faster; fall back quietly where libyaml is absent
     from yaml import CSafeLoader as _Loader
@@ -20,7 +19,7 @@ except ImportError:  # pragma: no cover
     from yaml import SafeLoader as _Loader  # type: ignore[assignment]
 
 
-M = TypeVar("M", bound=BaseModel)
+M = TypeVar("M")
 
 
 class KBError(Exception):
@@ -68,14 +67,23 @@ class Doc:
         return line
 
     def validate(self, model: type[M], loc_prefix: Sequence[int | str] = ()) -> M:
+        """`model` built from the document, or KBError at the line of the first mistake."""
+        from pydantic import TypeAdapter, ValidationError
+
         try:
-            return model.model_validate(self._at(loc_prefix))
+            return TypeAdapter(model).validate_python(self._at(loc_prefix))
         except ValidationError as exc:
             err = exc.errors()[0]
-            loc = (*loc_prefix, *err["loc"])
-            field = ".".join(str(p) for p in err["loc"]) or "(document)"
+            where = list(err["loc"])
             msg = err["msg"].removeprefix("Value error, ")
-            if err["type"] == "extra_forbidden":
+            key, sep, rest = msg.partition(": ")
+            if err["type"] == "value_error" and sep and key.isidentifier():
+                # a check in the schema named the key it is about: point at that key
+                where.append(key)
+                msg = rest
+            loc = (*loc_prefix, *where)
+            field = ".".join(str(p) for p in where) or "(document)"
+            if err["type"] in ("extra_forbidden", "unexpected_keyword_argument"):
                 msg = f"unknown key {err['loc'][-1]!r}"
             raise KBError(self.path, self.line_of(loc), f"{field}: {msg}") from None
 

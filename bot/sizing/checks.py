@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
-from bot.schema import Facts, Sizing
+from bot.schema import Facts, Sizing, field_names
 
 
 @dataclass(frozen=True)
@@ -45,11 +46,21 @@ PLANNED_VALUES: dict[str, str] = {
     "gpu_count_h": "GPUs seen on the host",
     "kv_cache_memory_suggested_bytes": "a --kv-cache-memory value that fits",
     "cpu_offload_gb_suggested": "--cpu-offload-gb that frees enough for the KV need",
+    # added with the planner (issue 3); all computed in bot.sizing.budget
+    "target_max_model_len": "the max-model-len asked for (flag, else the model's maximum)",
+    "utilization_needed": "utilization at which one max-model-len request fits (may be > 0.95)",
+    "quantized_max_model_len": "largest --max-model-len once the weights are 4-bit",
+    "fp8_weights_gib": "weights after FP8 weight quantization",
+    "tp_max_model_len": "largest --max-model-len at suggested_tensor_parallel_size",
+    "activation_saving_gib": "KV memory freed by suggested_max_num_batched_tokens (estimate)",
+    "num_gpu_blocks": "KV blocks per worker (logged, else computed)",
+    "headroom_gib": "GPU memory outside the budget, other processes and CUDA graphs",
+    "utilization_effect_h": "what suggested_gpu_memory_utilization gives, e.g. '9.87 GiB of KV'",
 }
 
 # Names a fix template may use: every fact, every sizing field, and planner-computed values.
 VALUES: frozenset[str] = frozenset(
-    set(Facts.model_fields) | set(Sizing.model_fields) | set(PLANNED_VALUES)
+    set(field_names(Facts)) | set(field_names(Sizing)) | set(PLANNED_VALUES)
 )
 
 
@@ -67,3 +78,331 @@ def condition(name: str) -> Callable[[ConditionFn], ConditionFn]:
         return fn
 
     return register
+
+
+# ---------------------------------------------------------------------------------------------
+# The checks and conditions. Each reads Facts first and the Sizing second, works when either is
+# partial, and quotes the numbers it used so the answer can show its work.
+
+FOREIGN_MIN_GIB = 0.5  # less than this is a desktop/monitoring footprint, not a cause
+
+
+def _extra(s: Sizing | None, name: str) -> Any:
+    """A Sizing field by name: typed fields and the planner's extra fields alike."""
+    return None if s is None else getattr(s, name, None)
+
+
+def _gib(x: float) -> str:
+    return f"{x:.2f} GiB"
+
+
+def _util(f: Facts, s: Sizing | None) -> float | None:
+    u = f.gpu_memory_utilization if f.gpu_memory_utilization is not None else _extra(
+        s, "gpu_memory_utilization")
+    return None if u is None else float(u)
+
+
+def _total(f: Facts, s: Sizing | None) -> float | None:
+    t = f.gpu_total_gib if f.gpu_total_gib is not None else _extra(s, "gpu_total_gib")
+    return None if t is None else float(t)
+
+
+def _weights(f: Facts, s: Sizing | None) -> float | None:
+    if f.weights_gib is not None:
+        return f.weights_gib
+    return s.weights_gib if s is not None else None
+
+
+def _foreign(f: Facts, s: Sizing | None) -> float | None:
+    g = f.foreign_processes_gib
+    return float(g) if g is not None else _extra(s, "foreign_processes_gib")
+
+
+def _gpu_count(f: Facts) -> int | None:
+    return f.gpu_count or (len({g.parent_index if g.mig_instance else g.index for g in f.gpus})
+                           if f.gpus else None)
+
+
+def _free_check(f: Facts, s: Sizing | None) -> str | None:
+    """The v0.9.1+ start-up check, in vLLM's own words, when it fails."""
+    free, total, util = f.free_memory_gib, _total(f, s), _util(f, s)
+    requested = f.requested_memory_gib
+    if requested is None and total is not None and util is not None:
+        requested = round(total * util, 2)
+    if free is None or requested is None or free >= requested:
+        return None
+    of_total = f"/{total:.2f}" if total is not None else ""
+    return (f"free memory {free:.2f}{of_total} GiB at start-up is below the requested "
+            f"{requested:.2f} GiB (utilization {util})")
+
+
+def foreign_processes_h(f: Facts) -> str | None:
+    """'pid 4242 python 20.00 GiB, pid 77 memhog 1.50 GiB' from the non-server processes."""
+    procs = [p for p in f.processes if p.is_server is False and p.used_mib]
+    if not procs:
+        return None
+    return ", ".join(f"pid {p.pid} {p.name or '?'} {_gib((p.used_mib or 0) / 1024)}"
+                     for p in procs)
+
+
+@check("kv_needed_exceeds_available")
+def _kv_needed(f: Facts, s: Sizing | None) -> CheckResult:
+    if s is None:
+        return CheckResult(None, "")
+    avail, needed = s.kv_cache_available_gib, s.kv_cache_needed_gib
+    fit, length = s.max_model_len_that_fits, _extra(s, "target_max_model_len")
+    if avail is not None and avail <= 0 or fit == 0:
+        return CheckResult(0.2, f"no KV memory at all ({_gib(avail or 0.0)} available): a "
+                                "shorter max-model-len cannot help on its own")
+    if needed is not None and avail is not None:
+        verdict = "more than" if needed > avail else "within"
+        why = (f"one request at max-model-len {length} needs {_gib(needed)} of KV cache, "
+               f"{verdict} the {_gib(avail)} available")
+        if fit:
+            why += f"; the largest that fits is {fit}"
+        return CheckResult(0.9 if needed > avail else 0.0, why)
+    if fit is not None and length:
+        too_long = length > fit
+        return CheckResult(0.9 if too_long else 0.0,
+                           f"max-model-len {length} {'exceeds' if too_long else 'is within'} the "
+                           f"largest that fits ({fit})")
+    return CheckResult(None, "")
+
+
+@check("utilization_below_safe_range")
+def _util_low(f: Facts, s: Sizing | None) -> CheckResult:
+    util = _util(f, s)
+    if util is None:
+        return CheckResult(None, "")
+    blocked = _withhold_raise(f, s)
+    if blocked:
+        return CheckResult(0.0, blocked)
+    if util >= 0.95:
+        return CheckResult(0.0, f"gpu_memory_utilization is already {util:.2f}, the top of the "
+                                "safe 0.90-0.95 range")
+    need = _extra(s, "utilization_needed")
+    if need is not None and need > 0.95:
+        return CheckResult(0.15, f"even 0.95 is not enough: the KV need calls for "
+                                 f"utilization {need:.3f}")
+    if util < 0.90:
+        return CheckResult(0.8, f"gpu_memory_utilization {util:.2f} is below the safe "
+                                "0.90-0.95 range for a dedicated GPU")
+    if need is not None and need > util:
+        return CheckResult(0.7, f"utilization {need:.3f} (from {util:.2f}) would make one "
+                                "request at max-model-len fit")
+    return CheckResult(None, "")
+
+
+@check("weights_dominate_budget")
+def _weights_dominate(f: Facts, s: Sizing | None) -> CheckResult:
+    w = _weights(f, s)
+    budget = f.budget_gib if f.budget_gib is not None else (s.budget_gib if s else None)
+    if w is None or not budget:
+        return CheckResult(None, "")
+    non_kv = _extra(s, "non_kv_gib")
+    used = max(w, float(non_kv)) if non_kv is not None else w
+    share = used / budget
+    est = " (estimated)" if s is not None and s.is_estimate and f.weights_gib is None else ""
+    why = f"weights {_gib(w)}{est} of a {_gib(budget)} budget ({share:.0%} with activations)"
+    if share >= 0.9:
+        return CheckResult(0.85, why)
+    if share >= 0.7:
+        return CheckResult(0.55, why)
+    return CheckResult(0.0 if share < 0.5 else 0.25, why)
+
+
+@check("tensor_parallel_too_small")
+def _tp_small(f: Facts, s: Sizing | None) -> CheckResult:
+    tp = (f.tensor_parallel_size or 1) * (f.pipeline_parallel_size or 1)
+    count = _gpu_count(f)
+    w, total = _weights(f, s), _total(f, s)
+    if w is not None and total and w > total:
+        return CheckResult(0.9, f"weights {_gib(w)} per rank exceed one GPU's {_gib(total)} "
+                                f"at TP x PP = {tp}")
+    if count is not None and count > tp:
+        return CheckResult(0.7, f"the host shows {count} GPUs and TP x PP uses {tp}")
+    if count is not None:
+        return CheckResult(0.1, f"all {count} GPU(s) already in use (TP x PP = {tp}); more TP "
+                                "needs more GPUs")
+    return CheckResult(None, "")
+
+
+@check("foreign_process_memory")
+def _foreign_check(f: Facts, s: Sizing | None) -> CheckResult:
+    foreign = _foreign(f, s)
+    who = foreign_processes_h(f)
+    if foreign is not None and foreign > FOREIGN_MIN_GIB:
+        return CheckResult(0.9, f"other processes hold {_gib(foreign)}"
+                                + (f" ({who})" if who else ""))
+    failed = _free_check(f, s)
+    if failed:
+        return CheckResult(0.85, failed)
+    if foreign is not None:
+        return CheckResult(0.0, f"other processes hold only {_gib(foreign)}")
+    if f.processes and all(p.is_server for p in f.processes):
+        return CheckResult(0.0, "nvidia-smi shows only the server's processes")
+    return CheckResult(None, "")
+
+
+@check("activation_peak_large")
+def _activation(f: Facts, s: Sizing | None) -> CheckResult:
+    act = f.activation_peak_gib
+    mnbt = f.max_num_batched_tokens
+    budget = f.budget_gib if f.budget_gib is not None else (s.budget_gib if s else None)
+    if act is not None and budget:
+        share = act / budget
+        why = f"activation peak {_gib(act)} ({share:.0%} of the {_gib(budget)} budget"
+        why += f", max_num_batched_tokens {mnbt})" if mnbt else ")"
+        return CheckResult(0.7 if share >= 0.1 or act >= 4 else 0.1, why)
+    if mnbt is not None and mnbt >= 16384:
+        return CheckResult(0.5, f"max_num_batched_tokens {mnbt} sizes a large profile batch")
+    if f.enable_chunked_prefill is False and f.max_model_len and f.max_model_len >= 32768:
+        return CheckResult(0.5, f"chunked prefill off: the profile batch is max-model-len "
+                                f"({f.max_model_len}) tokens")
+    return CheckResult(None, "")
+
+
+@check("cuda_graph_memory")
+def _cuda_graphs(f: Facts, s: Sizing | None) -> CheckResult:
+    if f.enforce_eager:
+        return CheckResult(0.0, "--enforce-eager is set: no CUDA graphs are captured")
+    graphs = f.cuda_graph_gib
+    if graphs is None:
+        return CheckResult(None, "")
+    headroom = _extra(s, "headroom_gib")
+    why = f"CUDA graphs take {_gib(graphs)}"
+    if headroom is not None:
+        why += f" against {_gib(float(headroom))} left outside the budget"
+    big = graphs >= 1.0 or (headroom is not None and graphs >= float(headroom) * 0.5)
+    return CheckResult(0.7 if big else 0.15, why)
+
+
+@check("sampler_warmup_oom")
+def _sampler(f: Facts, s: Sizing | None) -> CheckResult:
+    seqs = f.max_num_seqs
+    if seqs is not None and seqs >= 512:
+        return CheckResult(0.5, f"max_num_seqs {seqs} dummy requests in the sampler warm-up")
+    return CheckResult(None, "")
+
+
+@check("kv_cache_not_fp8")
+def _not_fp8(f: Facts, s: Sizing | None) -> CheckResult:
+    if (f.kv_cache_dtype or "").startswith("fp8"):
+        return CheckResult(0.0, f"the KV cache is already {f.kv_cache_dtype}")
+    fp8_fit, length = _extra(s, "fp8_max_model_len"), _extra(s, "target_max_model_len")
+    fit = s.max_model_len_that_fits if s else None
+    if fp8_fit is None or not length:
+        return CheckResult(None, "")
+    why = f"with --kv-cache-dtype fp8 the largest max-model-len becomes {fp8_fit} (now {fit})"
+    if fit is not None and fit >= length:
+        return CheckResult(0.1, why)
+    return CheckResult(0.6 if fp8_fit >= length else 0.25, why + f" against {length} asked")
+
+
+@check("concurrency_exceeds_kv")
+def _concurrency(f: Facts, s: Sizing | None) -> CheckResult:
+    usage, pre, waiting = f.gpu_kv_cache_usage_pct, f.preemptions, f.waiting_requests
+    parts = []
+    if usage is not None:
+        parts.append(f"KV cache usage {usage:.1f}%")
+    if pre:
+        parts.append(f"{pre} preemptions")
+    if waiting:
+        parts.append(f"{waiting} requests waiting")
+    why = ", ".join(parts)
+    if (usage is not None and usage >= 90) or pre:
+        return CheckResult(0.8, why)
+    if usage is not None and usage < 70:
+        return CheckResult(0.05, why)
+    return CheckResult(None, why)
+
+
+@check("weights_exceed_gpu")
+def _weights_gpu(f: Facts, s: Sizing | None) -> CheckResult:
+    w, total = _weights(f, s), _total(f, s)
+    if w is None or not total:
+        return CheckResult(None, "")
+    est = " (estimated)" if f.weights_gib is None else ""
+    why = f"weights {_gib(w)}{est} per GPU against {_gib(total)} of GPU memory"
+    if w > total:
+        return CheckResult(0.95, why)
+    if w > total * 0.95:
+        return CheckResult(0.7, why)
+    return CheckResult(0.0, why)
+
+
+def _withhold_raise(f: Facts, s: Sizing | None) -> str | None:
+    return _foreign_holds(f, s) or _weights_over_safe(f, s)
+
+
+@condition("foreign_process_holds_memory")
+def _foreign_holds(f: Facts, s: Sizing | None) -> str | None:
+    foreign = _foreign(f, s)
+    if foreign is not None and foreign > FOREIGN_MIN_GIB:
+        who = foreign_processes_h(f)
+        return (f"other processes hold {_gib(foreign)}" + (f" ({who})" if who else "")
+                + ": raising utilization cannot use memory they hold")
+    failed = _free_check(f, s)
+    return f"{failed}: raising utilization makes the start-up check fail harder" if failed else None
+
+
+@condition("weights_exceed_budget_at_safe_max")
+def _weights_over_safe(f: Facts, s: Sizing | None) -> str | None:
+    w, total = _weights(f, s), _total(f, s)
+    if w is None or not total or w <= total * 0.95:
+        return None
+    return (f"weights alone ({_gib(w)}) exceed 0.95 x {_gib(total)} = {_gib(total * 0.95)}: "
+            "no safe utilization leaves room for the KV cache")
+
+
+@condition("utilization_at_safe_max")
+def _util_max(f: Facts, s: Sizing | None) -> str | None:
+    util = _util(f, s)
+    if util is not None and util >= 0.95:
+        return f"gpu_memory_utilization is already {util:.2f}, the top of the safe range"
+    return None
+
+
+@condition("utilization_cannot_fit")
+def _util_cannot_fit(f: Facts, s: Sizing | None) -> str | None:
+    need = _extra(s, "utilization_needed")
+    if need is not None and need > 0.95:
+        return (f"the KV need calls for utilization {need:.3f}, above the safe 0.95: raising it "
+                "alone cannot make one request fit")
+    return None
+
+
+@condition("no_spare_gpus")
+def _no_spare(f: Facts, s: Sizing | None) -> str | None:
+    count = _gpu_count(f)
+    used = (f.tensor_parallel_size or 1) * (f.pipeline_parallel_size or 1)
+    if count is not None and count <= used:
+        return f"the host shows {count} GPU(s) and TP x PP already uses {used}"
+    return None
+
+
+@condition("kv_cache_already_fp8")
+def _already_fp8(f: Facts, s: Sizing | None) -> str | None:
+    kv = f.kv_cache_dtype or ""
+    return f"the KV cache is already {kv}" if kv.startswith("fp8") else None
+
+
+@condition("already_quantized")
+def _already_quantized(f: Facts, s: Sizing | None) -> str | None:
+    q = f.quantization or _extra(s, "model_quantization")
+    return f"the weights are already quantized ({q})" if q else None
+
+
+@condition("nothing_fits")
+def _nothing_fits(f: Facts, s: Sizing | None) -> str | None:
+    avail = s.kv_cache_available_gib if s else f.kv_cache_available_gib
+    blocks = f.gpu_blocks if f.gpu_blocks is not None else _extra(s, "num_gpu_blocks")
+    if (avail is not None and avail <= 0) or blocks == 0:
+        return (f"no KV memory at all ({_gib(avail or 0.0)} available, {blocks or 0} blocks): "
+                "a shorter max-model-len cannot help")
+    return None
+
+
+@condition("already_eager")
+def _eager(f: Facts, s: Sizing | None) -> str | None:
+    return "--enforce-eager is already set" if f.enforce_eager else None

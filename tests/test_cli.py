@@ -1,0 +1,142 @@
+"""The command line as a user meets it: exit codes, one-line errors, hostile input."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bot.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "examples" / "vllm-max-model-len.log"
+
+
+def cli(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "bot.cli", *args], input=stdin,
+                          capture_output=True, env=env, timeout=120, check=False)
+
+
+def test_shipped_example_is_diagnosed_with_the_numbers(capsys: pytest.CaptureFixture[str]
+                                                       ) -> None:
+    assert main(["diagnose", str(EXAMPLE), "--no-store"]) == 0
+    out = capsys.readouterr().out
+    first = out.splitlines()[0]
+    assert "max-model-len-exceeds-kv-cache" in first
+    assert "81,664" in out or "81664" in out
+    assert "--max-model-len 81664" in out
+
+
+def test_json_contract(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["diagnose", str(EXAMPLE), "--json", "--no-store"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    for key in ("kb_version", "fingerprint", "incident_id", "problems", "causes", "facts",
+                "sizing", "fixes"):
+        assert key in d
+    assert d["problems"][0]["id"] == "max-model-len-exceeds-kv-cache"
+    assert 0.0 <= d["problems"][0]["confidence"] <= 1.0
+    f = d["facts"]
+    assert (f["max_model_len"], f["kv_cache_needed_gib"], f["kv_cache_available_gib"],
+            f["estimated_max_model_len"], f["weights_gib"]) == (1048576, 128.0, 9.97, 81664,
+                                                                14.9889)
+    assert f["model"] == "meta-llama/Llama-3.1-8B-Instruct"
+    assert d["sizing"]["max_model_len_that_fits"] == 81664
+    assert any(fx["flags"].get("--max-model-len") == 81664 for fx in d["fixes"])
+
+
+def test_stdin_dash(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    r = cli("diagnose", "-", "--no-store", stdin=EXAMPLE.read_bytes())
+    assert r.returncode == 0 and b"max-model-len-exceeds-kv-cache" in r.stdout
+
+
+def test_nothing_matched_is_a_plain_answer_with_what_was_read(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]
+                                                              ) -> None:
+    log = tmp_path / "tok.log"
+    log.write_text("vllm serve Qwen/Qwen2.5-7B-Instruct --max-model-len 8192\n"
+                   "OSError: Can't load tokenizer for 'Qwen/Qwen2.5-7B-Instruct'.\n")
+    assert main(["diagnose", str(log), "--no-store"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("No known problem matched.")
+    assert "max_model_len: 8192" in out
+    assert main(["diagnose", str(log), "--json", "--no-store"]) == 0
+    assert json.loads(capsys.readouterr().out)["problems"] == []
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["diagnose", "/no/such/file.log"], b"no such file"),
+    (["diagnose", "/"], b"is a directory"),
+    (["diagnose", "--bogus"], b"unrecognized arguments"),
+    (["kb", "show", "no-such-id"], b"no problem or cause"),
+    (["frobnicate"], b"invalid choice"),
+])
+def test_bad_usage_is_exit_2_with_one_line(args: list[str], needle: bytes) -> None:
+    r = cli(*args)
+    assert r.returncode == 2
+    assert needle in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    assert b"Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("content", [b"", b"\x00\x01\x02binary\xff" * 5000,
+                                     b"\xff\xfe invalid \xc3\x28 utf8\n" * 1000])
+def test_hostile_small_inputs_get_a_clear_outcome(tmp_path: Path, content: bytes) -> None:
+    path = tmp_path / "in.log"
+    path.write_bytes(content)
+    r = cli("diagnose", str(path), "--no-store")
+    assert r.returncode == 0, r.stderr
+    assert b"No known problem matched." in r.stdout
+    assert b"Traceback" not in r.stderr
+
+
+def _peak_rss_mb_of(args: list[str]) -> tuple[subprocess.CompletedProcess[bytes], float]:
+    r = cli(*args)
+    return r, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+
+
+@pytest.mark.slow
+def test_a_50mb_log_is_read_in_bounded_memory(tmp_path: Path) -> None:
+    path = tmp_path / "big.log"
+    line = b"INFO 11-18 18:05:02 [logger.py:43] Received request chatcmpl-1: prompt: 'hi'\n"
+    with path.open("wb") as fh:
+        for _ in range(50 * (1 << 20) // len(line)):
+            fh.write(line)
+        fh.write(EXAMPLE.read_bytes())
+    r, peak = _peak_rss_mb_of(["diagnose", str(path), "--no-store", "--json"])
+    assert r.returncode == 0
+    assert json.loads(r.stdout)["problems"][0]["id"] == "max-model-len-exceeds-kv-cache"
+    assert peak < 200, f"peak RSS {peak:.0f} MB"
+
+
+@pytest.mark.slow
+def test_one_10mb_line_with_the_error_inside(tmp_path: Path) -> None:
+    path = tmp_path / "line.log"
+    err = (b" ValueError: No available memory for the cache blocks. Try increasing "
+           b"`gpu_memory_utilization` when initializing the engine. ")
+    path.write_bytes(b"x" * (5 << 20) + err + b"y" * (5 << 20))
+    r = cli("diagnose", str(path), "--no-store", "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["problems"][0]["id"] == "kv-cache-no-blocks"
+    assert "very long line" in (d["input"]["note"] or "")
+
+
+def test_secrets_never_reach_the_output(tmp_path: Path) -> None:
+    token = "hf_" + "a1B2c3D4e5" * 4
+    key = "sk-proj-" + "Z9y8X7w6V5" * 4
+    log = tmp_path / "s.log"
+    log.write_text(
+        f"vllm serve meta-llama/Llama-3.1-8B-Instruct --api-key {key} --max-model-len 131072\n"
+        f"HF_TOKEN={token}\n" + EXAMPLE.read_text()
+        + f"ERROR [core.py:700] ValueError: No available memory for the cache blocks. "
+          f"api_key={key} Authorization: Bearer {token}\n")
+    for fmt in ([], ["--json"]):
+        r = cli("diagnose", str(log), "--no-store", *fmt)
+        assert r.returncode == 0
+        assert token.encode() not in r.stdout and key.encode() not in r.stdout
