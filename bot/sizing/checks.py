@@ -31,7 +31,7 @@ CONDITIONS: dict[str, ConditionFn] = {}
 # and a fix needing an unknown value falls back to its `fallback_command` or is not offered).
 PLANNED_VALUES: dict[str, str] = {
     "model_or_placeholder": "the model name, or MODEL when the evidence does not show it",
-    "fit_max_model_len": "largest --max-model-len that fits the available KV memory (block-rounded)",
+    "fit_max_model_len": "largest --max-model-len that fits the available KV (block-rounded)",
     "suggested_max_model_len": "a round value <= fit_max_model_len (e.g. 32768), for configs",
     "suggested_gpu_memory_utilization": "utilization that fits, within the safe 0.90-0.95 range",
     "utilization_fitting_free_memory": "largest utilization the free memory allows (foreign use)",
@@ -42,7 +42,7 @@ PLANNED_VALUES: dict[str, str] = {
     "quantized_weights_gib": "weights after 4-bit quantization (AWQ/GPTQ)",
     "kv_bytes_per_token_h": "KV bytes per token, human readable (e.g. '128 KiB')",
     "kv_needed_at_fit_gib": "KV needed for one request at fit_max_model_len",
-    "foreign_processes_h": "the other processes holding GPU memory, e.g. 'pid 4242 python 20.0 GiB'",
+    "foreign_processes_h": "other processes holding GPU memory: 'pid 4242 python 20.00 GiB'",
     "gpu_count_h": "GPUs seen on the host",
     "kv_cache_memory_suggested_bytes": "a --kv-cache-memory value that fits",
     "cpu_offload_gb_suggested": "--cpu-offload-gb that frees enough for the KV need",
@@ -88,8 +88,10 @@ FOREIGN_MIN_GIB = 0.5  # less than this is a desktop/monitoring footprint, not a
 
 
 def _extra(s: Sizing | None, name: str) -> Any:
-    """A Sizing field by name: typed fields and the planner's extra fields alike."""
-    return None if s is None else getattr(s, name, None)
+    """A named figure of the Sizing: a typed field or one of its `extra` figures."""
+    if s is None:
+        return None
+    return s.extra.get(name, getattr(s, name, None))
 
 
 def _gib(x: float) -> str:
@@ -149,9 +151,12 @@ def foreign_processes_h(f: Facts) -> str | None:
 def _kv_needed(f: Facts, s: Sizing | None) -> CheckResult:
     if s is None:
         return CheckResult(None, "")
+    ruled_out = _weights_rule_out(f, s, "max-model-len")
+    if ruled_out:
+        return ruled_out
     avail, needed = s.kv_cache_available_gib, s.kv_cache_needed_gib
     fit, length = s.max_model_len_that_fits, _extra(s, "target_max_model_len")
-    if avail is not None and avail <= 0 or fit == 0:
+    if (avail is not None and avail <= 0) or fit == 0:
         return CheckResult(0.2, f"no KV memory at all ({_gib(avail or 0.0)} available): a "
                                 "shorter max-model-len cannot help on its own")
     if needed is not None and avail is not None:
@@ -197,18 +202,37 @@ def _util_low(f: Facts, s: Sizing | None) -> CheckResult:
 def _weights_dominate(f: Facts, s: Sizing | None) -> CheckResult:
     w = _weights(f, s)
     budget = f.budget_gib if f.budget_gib is not None else (s.budget_gib if s else None)
-    if w is None or not budget:
+    if not budget:
         return CheckResult(None, "")
     non_kv = _extra(s, "non_kv_gib")
-    used = max(w, float(non_kv)) if non_kv is not None else w
+    if non_kv is not None:
+        # budget - available: exact when the log printed the KV figure, and it includes the
+        # activation and non-torch terms, so it beats a catalog estimate of the weights.
+        used = float(non_kv)
+        est = " (estimated)" if f.weights_gib is None else ""
+        shown = f"weights {_gib(w)}{est} + " if w is not None else "weights + "
+        why = f"{shown}activation + non-torch take {_gib(used)} of a {_gib(budget)} budget"
+    elif w is not None:
+        used = w
+        est = " (estimated)" if f.weights_gib is None else ""
+        why = f"weights {_gib(w)}{est} of a {_gib(budget)} budget"
+    else:
+        return CheckResult(None, "")
     share = used / budget
-    est = " (estimated)" if s is not None and s.is_estimate and f.weights_gib is None else ""
-    why = f"weights {_gib(w)}{est} of a {_gib(budget)} budget ({share:.0%} with activations)"
+    why += f" ({share:.0%})"
     if share >= 0.9:
         return CheckResult(0.85, why)
     if share >= 0.7:
         return CheckResult(0.55, why)
     return CheckResult(0.0 if share < 0.5 else 0.25, why)
+
+
+def _weights_rule_out(f: Facts, s: Sizing | None, what: str) -> CheckResult | None:
+    """When the weights alone exceed what any safe budget holds, no lesser term is the cause."""
+    reason = _weights_over_safe(f, s)
+    if reason is None:
+        return None
+    return CheckResult(0.0, reason.split(":")[0] + f": {what} cannot be the cause")
 
 
 @check("tensor_parallel_too_small")
@@ -246,6 +270,9 @@ def _foreign_check(f: Facts, s: Sizing | None) -> CheckResult:
 
 @check("activation_peak_large")
 def _activation(f: Facts, s: Sizing | None) -> CheckResult:
+    ruled_out = _weights_rule_out(f, s, "the activation peak")
+    if ruled_out:
+        return ruled_out
     act = f.activation_peak_gib
     mnbt = f.max_num_batched_tokens
     budget = f.budget_gib if f.budget_gib is not None else (s.budget_gib if s else None)
@@ -264,6 +291,9 @@ def _activation(f: Facts, s: Sizing | None) -> CheckResult:
 
 @check("cuda_graph_memory")
 def _cuda_graphs(f: Facts, s: Sizing | None) -> CheckResult:
+    ruled_out = _weights_rule_out(f, s, "CUDA-graph memory")
+    if ruled_out:
+        return ruled_out
     if f.enforce_eager:
         return CheckResult(0.0, "--enforce-eager is set: no CUDA graphs are captured")
     graphs = f.cuda_graph_gib
@@ -279,6 +309,9 @@ def _cuda_graphs(f: Facts, s: Sizing | None) -> CheckResult:
 
 @check("sampler_warmup_oom")
 def _sampler(f: Facts, s: Sizing | None) -> CheckResult:
+    ruled_out = _weights_rule_out(f, s, "the sampler warm-up")
+    if ruled_out:
+        return ruled_out
     seqs = f.max_num_seqs
     if seqs is not None and seqs >= 512:
         return CheckResult(0.5, f"max_num_seqs {seqs} dummy requests in the sampler warm-up")
@@ -289,13 +322,22 @@ def _sampler(f: Facts, s: Sizing | None) -> CheckResult:
 def _not_fp8(f: Facts, s: Sizing | None) -> CheckResult:
     if (f.kv_cache_dtype or "").startswith("fp8"):
         return CheckResult(0.0, f"the KV cache is already {f.kv_cache_dtype}")
+    ruled_out = _weights_rule_out(f, s, "the KV cache dtype")
+    if ruled_out:
+        return ruled_out
     fp8_fit, length = _extra(s, "fp8_max_model_len"), _extra(s, "target_max_model_len")
     fit = s.max_model_len_that_fits if s else None
     if fp8_fit is None or not length:
         return CheckResult(None, "")
     why = f"with --kv-cache-dtype fp8 the largest max-model-len becomes {fp8_fit} (now {fit})"
     if fit is not None and fit >= length:
-        return CheckResult(0.1, why)
+        # One request fits already; fp8 still doubles the sequences the pool holds, which is
+        # what a preempting, queueing server needs.
+        pressure = (f.preemptions or 0) > 0 or (f.gpu_kv_cache_usage_pct or 0) >= 90
+        blocks = _extra(s, "num_gpu_blocks")
+        more = f"; it doubles the KV pool ({blocks} blocks now)" if blocks else ""
+        return CheckResult(0.5 if pressure else 0.0, f"one request at {length} fits already"
+                           + (more if pressure else ""))
     return CheckResult(0.6 if fp8_fit >= length else 0.25, why + f" against {length} asked")
 
 
@@ -351,8 +393,9 @@ def _weights_over_safe(f: Facts, s: Sizing | None) -> str | None:
     w, total = _weights(f, s), _total(f, s)
     if w is None or not total or w <= total * 0.95:
         return None
-    return (f"weights alone ({_gib(w)}) exceed 0.95 x {_gib(total)} = {_gib(total * 0.95)}: "
-            "no safe utilization leaves room for the KV cache")
+    est = ", estimated" if f.weights_gib is None else ""
+    return (f"weights alone ({_gib(w)}{est}) exceed 0.95 x {_gib(total)} = "
+            f"{_gib(total * 0.95)}: no safe utilization leaves room for the KV cache")
 
 
 @condition("utilization_at_safe_max")
@@ -363,12 +406,30 @@ def _util_max(f: Facts, s: Sizing | None) -> str | None:
     return None
 
 
+# The most memory any GPU in knowledge/gpus.yaml has (B200 / MI300X class); a test keeps the
+# two in step. Bounds what a utilization raise can add when the host's total is unknown.
+LARGEST_GPU_GIB = 192.0
+
+
 @condition("utilization_cannot_fit")
 def _util_cannot_fit(f: Facts, s: Sizing | None) -> str | None:
     need = _extra(s, "utilization_needed")
     if need is not None and need > 0.95:
         return (f"the KV need calls for utilization {need:.3f}, above the safe 0.95: raising it "
                 "alone cannot make one request fit")
+    needed = f.kv_cache_needed_gib if f.kv_cache_needed_gib is not None else (
+        s.kv_cache_needed_gib if s else None)
+    avail = f.kv_cache_available_gib if f.kv_cache_available_gib is not None else (
+        s.kv_cache_available_gib if s else None)
+    if needed is None or avail is None or needed <= avail:
+        return None
+    cur = _util(f, s) or 0.9
+    total = _total(f, s)
+    gain = max(0.0, 0.95 - cur) * (total or LARGEST_GPU_GIB)
+    if needed - avail > gain:
+        on = "" if total else f" even on a {LARGEST_GPU_GIB:.0f} GiB GPU"
+        return (f"one request needs {_gib(needed - avail)} more KV cache; raising utilization "
+                f"from {cur:g} to 0.95 adds at most {_gib(gain)}{on}")
     return None
 
 

@@ -1,0 +1,338 @@
+"""The fix planner: matched problems + facts -> ranked causes and concrete, computed fixes.
+
+Causes come from the matched problems' candidate lists and are ranked by the evidence: a cause
+whose signal (a signature id) was seen is supported directly; otherwise its named check does the
+arithmetic; when the evidence cannot tell, the KB's prior stands; a check that returns 0 means
+the facts contradict the cause and it is dropped. Fixes are the ranked causes' templates, filled
+from named values (facts, sizing and planner-computed numbers; never `eval`), and anything that
+cannot work here (raising utilization while another process holds the memory, ...) is moved to
+`withheld` with the reason, so nobody tries it anyway.
+"""
+
+from __future__ import annotations
+
+import math
+import string
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from bot.kb.loader import KB
+from bot.kb.schema import Cause, FixTemplate
+from bot.schema import GIB, CauseMatch, Facts, Fix, ProblemMatch, Sizing, WithheldFix, to_data
+from bot.sizing.budget import (
+    SAFE_MAX_UTIL,
+    SAFE_MIN_UTIL,
+    compute_sizing,
+    fmt_bytes,
+    tp_sizes,
+)
+from bot.sizing.catalog import UnknownName, resolve_model
+from bot.sizing.checks import (
+    CHECKS,
+    CONDITIONS,
+    PLANNED_VALUES,
+    CheckResult,
+    foreign_processes_h,
+)
+
+SIGNAL_SCORE = 0.95  # a signature naming the cause is direct evidence: above any check
+SUPPORTED = 0.5  # a cause at or above this is backed by the facts, not just possible
+DEFAULT_ENGINE = "vllm"
+
+
+@dataclass(slots=True, kw_only=True)
+class Plan:
+    """What the planner adds to a Diagnosis."""
+
+    sizing: Sizing | None = None
+    causes: list[CauseMatch] = field(default_factory=list)
+    fixes: list[Fix] = field(default_factory=list)
+    withheld: list[WithheldFix] = field(default_factory=list)
+
+
+def plan(kb: KB, problems: list[ProblemMatch], facts: Facts,
+         model_config: dict[str, Any] | None = None,
+         signatures: Iterable[str] = frozenset()) -> Plan:
+    """Rank the matched problems' causes and turn their fix templates into commands.
+
+    Sizing is computed only when a matched problem is about memory: an NCCL or tokenizer
+    error gets no memory arithmetic forced onto it.
+    """
+    seen = set(signatures) | {s for p in problems for s in p.signature_ids}
+    memory = any(kb.problems[p.id].memory_problem for p in problems if p.id in kb.problems)
+    sizing = compute_sizing(facts, model_config) if memory else None
+    ranked, ruled_out, evidenced = rank_causes(kb, problems, facts, sizing, seen)
+    values = template_values(facts, sizing, model_config)
+    fixes: list[tuple[int, int, int, Fix]] = []
+    withheld: list[WithheldFix] = []
+    seen_ids: set[str] = set()
+    seen_commands: set[str] = set()  # two causes' templates can render the same command
+    engine = facts.engine or DEFAULT_ENGINE
+    # When the facts support some causes, only their fixes are proposed; the other causes
+    # stay listed as possible, and their fixes appear only if withheld (so "why not raise
+    # utilization?" is answered). When the evidence decides nothing (a one-line paste), every
+    # candidate's fix is offered, as the seed does.
+    backed = {m.id for c, m in ranked if m.confidence >= SUPPORTED and c.id in evidenced}
+    candidates: list[tuple[Cause, int, str | None, bool]] = [
+        (c, rank, None, c.id in backed or not backed) for rank, (c, _) in enumerate(ranked)]
+    candidates += [(c, len(ranked), why, False) for c, why in ruled_out]
+    for cause, rank, ruled_out_why, proposable in candidates:
+        for fx in cause.fixes:
+            if fx.engine not in (engine, "any") or fx.id in seen_ids:
+                continue
+            seen_ids.add(fx.id)
+            fix = fill_fix(fx, cause.id, values)
+            if fix is None or fix.command in seen_commands:
+                continue
+            seen_commands.add(fix.command)
+            reason = withhold_reason(fx, fix, facts, sizing)
+            if reason is None and ruled_out_why is not None:
+                reason = f"ruled out by the facts: {ruled_out_why}"
+            if reason:
+                withheld.append(WithheldFix(id=fix.id, title=fix.title, reason=reason))
+            elif proposable:
+                fixes.append((fix.disruption, rank, len(fixes), fix))
+    fixes.sort(key=lambda t: t[:3])
+    return Plan(sizing=sizing, causes=[m for _, m in ranked], fixes=[t[3] for t in fixes],
+                withheld=withheld)
+
+
+def rank_causes(kb: KB, problems: list[ProblemMatch], facts: Facts, sizing: Sizing | None,
+                seen: set[str]
+                ) -> tuple[list[tuple[Cause, CauseMatch]], list[tuple[Cause, str]], set[str]]:
+    """The union of the problems' candidate causes, scored best first; the causes the facts
+    contradict (score 0), with why, so their fixes can be shown as withheld; and the ids whose
+    score came from the evidence (a signal or a check) rather than the KB's prior."""
+    order: list[str] = []
+    for p in problems:
+        prob = kb.problems.get(p.id)
+        for cid in prob.causes if prob else []:
+            if cid in kb.causes and cid not in order:
+                order.append(cid)
+    scored: list[tuple[float, int, Cause, CauseMatch]] = []
+    ruled_out: list[tuple[Cause, str]] = []
+    evidenced: set[str] = set()
+    for i, cid in enumerate(order):
+        cause = kb.causes[cid]
+        score, why, from_evidence = score_cause(cause, facts, sizing, seen)
+        if from_evidence:
+            evidenced.add(cid)
+        if score <= 0.0:
+            ruled_out.append((cause, why))
+            continue
+        match = CauseMatch(id=cid, title=cause.title, confidence=round(min(score, 1.0), 3),
+                           why=why, explanation=cause.explanation)
+        scored.append((-score, i, cause, match))
+    scored.sort(key=lambda t: t[:2])
+    return [(c, m) for _, _, c, m in scored], ruled_out, evidenced
+
+
+def score_cause(cause: Cause, facts: Facts, sizing: Sizing | None, seen: set[str]
+                ) -> tuple[float, str, bool]:
+    result = CheckResult(None, "")
+    if cause.check is not None and cause.check in CHECKS:
+        result = CHECKS[cause.check](facts, sizing)
+    hits = [s for s in cause.signals if s in seen]
+    if hits:
+        why = f"the log shows {', '.join(hits)}"
+        return SIGNAL_SCORE, f"{why}; {result.why}" if result.why else why, True
+    if result.score is None:
+        return (cause.prior, result.why or "the evidence does not decide this; listed as possible",
+                False)
+    return result.score, result.why, True
+
+
+# -- template values -------------------------------------------------------------------------
+
+def template_values(facts: Facts, sizing: Sizing | None,
+                    model_config: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Every name a template may use, with None for what is not known."""
+    values: dict[str, Any] = dict.fromkeys(PLANNED_VALUES)
+    values.update(facts.known())
+    if sizing is not None:
+        data = to_data(sizing)
+        data.update(data.pop("extra"))
+        values.update({k: v for k, v in data.items() if v is not None})
+    values["model_or_placeholder"] = model_argument(facts.model, values.get("model_id"))
+    values["foreign_processes_h"] = foreign_processes_h(facts)
+    count = facts.gpu_count or len(facts.gpus) or None
+    values["gpu_count_h"] = f"{count} GPU{'s' if count != 1 else ''}" if count else None
+    if values.get("suggested_tensor_parallel_size") is None:
+        values["suggested_tensor_parallel_size"] = _valid_tp(facts, model_config, count)
+    if sizing is None:
+        return values
+    bpt = sizing.kv_bytes_per_token
+    if bpt:
+        values["kv_bytes_per_token_h"] = fmt_bytes(bpt)
+    fit = sizing.max_model_len_that_fits
+    if fit:
+        values["fit_max_model_len"] = fit
+        values["suggested_max_model_len"] = round_length(fit)
+        block = sizing.block_size or 16
+        if bpt:
+            values["kv_needed_at_fit_gib"] = math.ceil(fit / block) * block * bpt / GIB
+    values.update(_utilization_values(facts, sizing))
+    return values
+
+
+def model_argument(model: str | None, catalog_id: str | None) -> str:
+    """What goes after `vllm serve`: the model as the server was given it, unless that is free
+    text ("Llama 3 70B", from a chat message), then the catalog id, else MODEL."""
+    if model and not any(c.isspace() for c in model):
+        return model
+    return catalog_id or "MODEL"
+
+
+def _valid_tp(facts: Facts, model_config: dict[str, Any] | None, gpus: int | None
+              ) -> int | None:
+    """Without a memory what-if (e.g. TP does not divide the heads): the largest TP size the
+    model accepts on the GPUs the host shows."""
+    if not gpus:
+        return None
+    try:
+        spec = resolve_model(model_config or facts.model or "").spec
+    except UnknownName:
+        return None
+    sizes = tp_sizes(spec, gpus // (facts.pipeline_parallel_size or 1))
+    return sizes[-1] if sizes else None
+
+
+def round_length(fit: int) -> int:
+    """A config-friendly length <= fit: a multiple of 1024 (or of 16 below 1024)."""
+    step = 1024 if fit >= 1024 else 16
+    return max(fit // step * step, min(fit, 16))
+
+
+def _utilization_values(facts: Facts, s: Sizing) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    cur = s.extra.get("gpu_memory_utilization")
+    need = s.extra.get("utilization_needed")
+    total = s.extra.get("gpu_total_gib")
+    if need is not None:
+        target = min(SAFE_MAX_UTIL, max(SAFE_MIN_UTIL, math.ceil(need * 100 - 1e-9) / 100))
+    else:
+        target = SAFE_MAX_UTIL  # the seed's fix when the need is unknown
+    if cur is None or target > cur:
+        out["suggested_gpu_memory_utilization"] = target
+        avail = s.kv_cache_available_gib
+        if cur is not None and total and avail is not None:
+            grown = avail + (target - cur) * total
+            text = f"{grown:.2f} GiB of KV cache (from {avail:.2f} GiB)"
+            if s.kv_cache_needed_gib is not None:
+                fits = "fits" if grown >= s.kv_cache_needed_gib else "still does not fit"
+                text += f"; one request needs {s.kv_cache_needed_gib:.2f} GiB and {fits}"
+            out["utilization_effect_h"] = text
+    free = facts.free_memory_gib if facts.free_memory_gib is not None else s.extra.get(
+        "free_memory_gib")
+    if free is not None and total:
+        fitting = math.floor(free / total * 100) / 100 - 0.01
+        if fitting > 0:
+            out["utilization_fitting_free_memory"] = round(fitting, 2)
+    return out
+
+
+class _Value:
+    """A template value that formats itself sensibly unless the template gives a spec."""
+
+    def __init__(self, name: str, value: Any) -> None:
+        self.name, self.value = name, value
+
+    def __format__(self, spec: str) -> str:
+        if spec:
+            return format(self.value, spec)
+        return format_value(self.name, self.value)
+
+
+def format_value(name: str, v: Any) -> str:
+    """Integers plain, GiB with 2 decimals, other floats short ('0.93', '1.3')."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        if name.endswith("_gib"):
+            return f"{v:.2f}"
+        if v == int(v) and abs(v) >= 1:
+            return str(int(v))
+        return f"{v:.4g}"
+    return str(v)
+
+
+def _fill(template: str, values: dict[str, Any]) -> str | None:
+    """The filled template, or None when a placeholder's value is unknown."""
+    names = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
+    if any(values.get(n) is None for n in names):
+        return None
+    return template.format_map({n: _Value(n, values[n]) for n in names})
+
+
+def _flag_value(text: str) -> str | int | float:
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def fill_fix(fx: FixTemplate, cause_id: str, values: dict[str, Any]) -> Fix | None:
+    """A Fix with every placeholder computed, else its fallback (computed=False), else None."""
+    command = _fill(fx.command, values)
+    flags: dict[str, str | int | float | bool | None] = {}
+    computed = command is not None
+    if command is None:
+        if fx.fallback_command is None:
+            return None
+        command = _fill(fx.fallback_command, values)
+        if command is None:
+            return None
+    else:
+        for flag, tmpl in fx.flags.items():
+            filled = _fill(tmpl, values)
+            if filled is None:
+                return None
+            flags[flag] = _flag_value(filled)
+    predicted = (_fill(fx.predicted, values) or "") if computed else ""
+    return Fix(id=fx.id, title=fx.title, cause_id=cause_id, command=command, flags=flags,
+               predicted=predicted, disruption=fx.disruption, computed=computed)
+
+
+# Flags whose value can contradict the facts, and the conditions that guard them even when a
+# KB entry forgets its `withhold_if` (a fix that cannot work is never proposed).
+_GUARDS: dict[str, tuple[str, ...]] = {
+    "--kv-cache-dtype": ("kv_cache_already_fp8",),
+    "--quantization": ("already_quantized",),
+    "--enforce-eager": ("already_eager",),
+}
+_RAISE_GUARDS = ("foreign_process_holds_memory", "weights_exceed_budget_at_safe_max",
+                 "utilization_at_safe_max", "utilization_cannot_fit")
+_UTIL_FLAGS = ("--gpu-memory-utilization", "--mem-fraction-static")
+
+
+def withhold_reason(fx: FixTemplate, fix: Fix, facts: Facts, sizing: Sizing | None
+                    ) -> str | None:
+    names = list(fx.withhold_if)
+    for flag, value in fix.flags.items():
+        names += _GUARDS.get(flag, ())
+        if flag in _UTIL_FLAGS and isinstance(value, (int, float)):
+            if value > SAFE_MAX_UTIL:
+                return (f"{flag} {value} is above the safe 0.90-0.95 range: too little "
+                        "headroom for the CUDA context and transient allocations")
+            current = facts.gpu_memory_utilization if flag == _UTIL_FLAGS[0] else (
+                facts.mem_fraction_static)
+            if current is None or value > current:
+                names += _RAISE_GUARDS
+        if flag == "--tensor-parallel-size" and isinstance(value, int) and value > (
+                facts.tensor_parallel_size or 1):
+            names.append("no_spare_gpus")
+        if flag == "--max-model-len" and isinstance(value, int) and value <= 0:
+            names.append("nothing_fits")
+    for name in dict.fromkeys(names):
+        fn = CONDITIONS.get(name)
+        reason = fn(facts, sizing) if fn else None
+        if reason:
+            return reason
+    return None

@@ -1,0 +1,88 @@
+"""The chart shows the Diagnosis's own numbers, and writes a PNG that opens."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bot.schema import Diagnosis, Facts, GpuProcess, ProblemMatch
+from bot.sizing.calculators import size
+from bot.sizing.chart import chart_data, write_chart
+from bot.sizing.plan import plan
+from tests.sizing.test_plan import KB_DIR
+
+
+@pytest.fixture(scope="module")
+def diagnosis() -> Diagnosis:
+    from bot.kb.loader import _load
+
+    kb = _load([KB_DIR], "test")
+    facts = Facts(engine="vllm", model="meta-llama/Llama-3.1-8B-Instruct", gpu_name="NVIDIA L4",
+                  gpu_total_gib=22.05, gpu_memory_utilization=0.9, budget_gib=19.85,
+                  weights_gib=14.99, activation_peak_gib=1.2, non_torch_gib=0.1,
+                  cuda_graph_gib=0.5, max_model_len=32_768,
+                  processes=[GpuProcess(pid=9, name="jupyter", used_mib=1024, is_server=False)])
+    problems = [ProblemMatch(id="kv-cache-no-blocks", title="t", confidence=0.9)]
+    p = plan(kb, problems, facts)
+    return Diagnosis(kb_version="t", fingerprint="f", problems=problems, facts=facts,
+                     sizing=p.sizing, causes=p.causes, fixes=p.fixes)
+
+
+def test_chart_numbers_are_the_diagnosis_numbers(diagnosis: Diagnosis) -> None:
+    s = diagnosis.sizing
+    assert s is not None
+    data = chart_data(diagnosis)
+    assert data.value("weights") == s.weights_gib
+    assert data.value("activation") == s.extra["activation_gib"]
+    assert data.value("other") == s.extra["non_torch_gib"]
+    assert data.value("kv_available") == s.kv_cache_available_gib == 3.56
+    assert data.value("cuda_graphs") == s.extra["cuda_graph_gib"]
+    assert data.value("foreign") == s.extra["foreign_processes_gib"] == 1.0
+    assert data.value("headroom") == s.extra["headroom_gib"]
+    assert data.kv_needed_gib == s.kv_cache_needed_gib == 4.0
+    assert data.budget_gib == s.budget_gib and data.total_gib == s.extra["gpu_total_gib"]
+    # the segments add up to the GPU: budget + graphs + other processes + headroom
+    assert sum(seg.gib for seg in data.segments) == pytest.approx(22.05, abs=0.01)
+
+
+def test_chart_from_a_log_only_budget_uses_non_kv() -> None:
+    s_facts = Facts(engine="vllm", model="Qwen/Qwen3-14B", kv_cache_available_gib=6.51,
+                    gpu_total_gib=79.19, gpu_memory_utilization=0.9, weights_gib=27.52)
+    from bot.sizing.budget import compute_sizing
+
+    d = Diagnosis(kb_version="t", fingerprint="f", facts=s_facts, sizing=compute_sizing(s_facts))
+    data = chart_data(d)
+    assert d.sizing is not None
+    assert data.value("other") == pytest.approx(d.sizing.extra["non_kv_gib"] - 27.52)
+
+
+def test_chart_needs_sizing() -> None:
+    with pytest.raises(ValueError, match="no memory arithmetic"):
+        chart_data(Diagnosis(kb_version="t", fingerprint="f"))
+
+
+def test_chart_from_size_report() -> None:
+    r = size("llama-3.1-8b", "RTX 4090", max_model_len=16_384, concurrency=2)
+    data = chart_data(r)
+    assert data.value("weights") == r.memory.weights_gib
+    assert data.value("kv_available") == r.memory.kv_available_gib
+    assert data.kv_needed_gib == r.memory.kv_per_batch_gib
+    assert data.total_gib == r.deployment.gpu_memory_gib
+
+
+def test_png_is_written_and_opens(diagnosis: Diagnosis, tmp_path: Path) -> None:
+    from matplotlib import image
+
+    out = tmp_path / "budget.png"
+    write_chart(chart_data(diagnosis), out)
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert image.imread(str(out)).shape[0] > 100
+
+
+def test_sizing_does_not_import_matplotlib() -> None:
+    code = ("import sys, bot.sizing.plan, bot.sizing.chart, bot.sizing.calculators; "
+            "sys.exit('matplotlib' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
