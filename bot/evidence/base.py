@@ -58,8 +58,9 @@ class FactSink:
 
     def add_gpu(self, gpu: GpuInfo) -> None:
         # Keyed by index and MIG instance so a repeated paste of the same table does not double
-        # count, while the later reading of the same GPU replaces the earlier one.
-        self.gpus[(gpu.index, gpu.mig_instance or gpu.uuid)] = gpu
+        # count, while the later reading of the same GPU replaces the earlier one. Without an
+        # index or UUID (a CSV query of name and memory), the PCI bus id tells GPUs apart.
+        self.gpus[(gpu.index, gpu.mig_instance or gpu.uuid or gpu.bus_id)] = gpu
 
     def add_process(self, proc: GpuProcess) -> None:
         self.processes[(proc.gpu_index, proc.pid, proc.gpu_uuid)] = proc

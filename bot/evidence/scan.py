@@ -1,18 +1,20 @@
 """One pass over the input, offering each consumer only the lines it can use.
 
 Most of a vLLM log is request chatter. Rather than run every pattern on every line, the scanner
-searches each chunk for the consumers' literal anchors with `bytes.find` (which runs at memory
-speed), decodes only the lines that contain one, and hands those lines, normalised, to the
-consumers in order. Memory stays flat: the input is read in fixed chunks, and a single enormous
-line is seen through a window around each anchor.
+searches each chunk for all the consumers' literal anchors at once (an Aho-Corasick automaton,
+the multi-literal search grep uses), decodes only the lines that contain one, and hands those
+lines, normalised, to the consumers in order. Memory stays flat: the input is read in fixed
+chunks, and a single enormous line is seen through a window around each anchor.
 """
 
 from __future__ import annotations
 
 import io
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import BinaryIO, Protocol
+
+from ahocorasick_rs import BytesAhoCorasick, Implementation, MatchKind
 
 from bot.evidence.base import FactSink, Line
 from bot.evidence.text import MAX_LINE_CHARS, normalize_line
@@ -22,8 +24,13 @@ SNIFF = 64 * 1024
 
 
 class Consumer(Protocol):
-    anchors: tuple[str, ...]
-    follow: int
+    # Read-only: extractors declare these as class attributes (ClassVar), which a settable
+    # protocol attribute would reject.
+    @property
+    def anchors(self) -> tuple[str, ...]: ...
+
+    @property
+    def follow(self) -> int: ...
 
     def feed(self, line: Line, sink: FactSink) -> None: ...
 
@@ -36,13 +43,6 @@ class ScanStats:
     lines: int = 0
     binary: bool = False
     long_lines: int = 0
-
-
-@dataclass
-class _Anchor:
-    needle: bytes
-    text: str
-    consumers: list[int] = field(default_factory=list)
 
 
 def _looks_binary(head: bytes) -> bool:
@@ -59,23 +59,19 @@ class Scanner:
 
     def __init__(self, consumers: Sequence[Consumer]) -> None:
         self.consumers = list(consumers)
-        by_needle: dict[bytes, _Anchor] = {}
+        wanted_by: dict[bytes, set[int]] = {}
         for idx, consumer in enumerate(self.consumers):
             for text in consumer.anchors:
-                needle = text.encode()
-                anchor = by_needle.setdefault(needle, _Anchor(needle, text))
-                if idx not in anchor.consumers:
-                    anchor.consumers.append(idx)
-        # An anchor that contains another anchor of the same consumers adds no candidate line
-        # the shorter one does not find; dropping it saves one pass over every chunk.
-        needles = sorted(by_needle.values(), key=lambda a: len(a.needle))
-        kept: list[_Anchor] = []
-        for anchor in needles:
-            if any(k.needle in anchor.needle and set(anchor.consumers) <= set(k.consumers)
-                   for k in kept):
-                continue
-            kept.append(anchor)
-        self._search = kept
+                wanted_by.setdefault(text.encode(), set()).add(idx)
+        needles = sorted(wanted_by)
+        self._consumers_of = [tuple(sorted(wanted_by[n])) for n in needles]
+        # One automaton finds candidate lines in a single pass over the chunk (a DFA with
+        # leftmost-longest matching takes the fast, prefiltered path); a second, overlapping
+        # one lists every anchor in each candidate line, so each consumer gets exactly the
+        # lines that contain its own anchors.
+        self._find = BytesAhoCorasick(needles, matchkind=MatchKind.LeftmostLongest,
+                                      implementation=Implementation.DFA)
+        self._all = BytesAhoCorasick(needles)
         self._follow = [c.follow for c in self.consumers]
 
     def scan(self, stream: BinaryIO | bytes | str, sink: FactSink, limit: int | None = None
@@ -101,22 +97,26 @@ class Scanner:
 
     def _scan_chunk(self, chunk: bytes, line_no: int, sink: FactSink, follow_left: list[int],
                     stats: ScanStats) -> int:
-        # 1. every anchor occurrence -> the line it sits in, and which consumers want it
-        starts: dict[int, tuple[int, int, set[int]]] = {}
-        for anchor in self._search:
-            pos = chunk.find(anchor.needle)
-            while pos != -1:
-                ls = chunk.rfind(b"\n", 0, pos) + 1
-                entry = starts.get(ls)
-                if entry is None:
-                    starts[ls] = (pos, ls, set(anchor.consumers))
-                else:
-                    entry[2].update(anchor.consumers)
-                le = chunk.find(b"\n", pos)
-                pos = chunk.find(anchor.needle, le) if le != -1 else -1
+        # 1. every line with an anchor -> which consumers want it, and where each one's anchor
+        #    is (an over-long line is seen through a window around that position)
+        starts: dict[int, dict[int, int]] = {}
+        line_end = -1
+        for _, start, _ in self._find.find_matches_as_indexes(chunk):
+            if start < line_end:
+                continue  # this line is done
+            ls = chunk.rfind(b"\n", 0, start) + 1
+            line_end = chunk.find(b"\n", start)
+            if line_end == -1:
+                line_end = len(chunk)
+            positions: dict[int, int] = {}
+            for idx, at, _ in self._all.find_matches_as_indexes(chunk[ls:line_end],
+                                                                 overlapping=True):
+                for i in self._consumers_of[idx]:
+                    positions.setdefault(i, ls + at)
+            starts[ls] = positions
         # 2. lines owed to consumers that asked to follow an anchor line (tables)
         extra: set[int] = set()
-        for ls, (_, _, wanted_by) in starts.items():
+        for ls, wanted_by in starts.items():
             n = max(self._follow[i] for i in wanted_by)
             if n:
                 nl = chunk.find(b"\n", ls)
@@ -133,24 +133,27 @@ class Scanner:
             le = chunk.find(b"\n", ls)
             if le == -1:
                 le = len(chunk)
-            entry = starts.get(ls)
-            wanted: set[int] = set(entry[2]) if entry else set()
+            entry = starts.get(ls, {})
+            wanted: set[int] = set(entry)
             for i, left in enumerate(follow_left):
                 if left > 0:
                     wanted.add(i)
             if not wanted:
                 continue
-            raw = chunk[ls:le]
-            if len(raw) > MAX_LINE_CHARS:
-                stats.long_lines += 1
-                at = (entry[0] - ls) if entry else 0
-                lo = max(0, min(at - MAX_LINE_CHARS // 2, len(raw) - MAX_LINE_CHARS))
-                raw = raw[lo : lo + MAX_LINE_CHARS]
-            text = normalize_line(raw.decode("utf-8", "replace"))
-            line = Line(line_no, text)
+            long_line = le - ls > MAX_LINE_CHARS
+            stats.long_lines += int(long_line)
+            lines: dict[int, Line] = {}
             for i in sorted(wanted):
+                lo = 0
+                if long_line:
+                    at = entry[i] - ls if i in entry else 0
+                    lo = max(0, min(at - MAX_LINE_CHARS // 2, le - ls - MAX_LINE_CHARS))
+                line = lines.get(lo)
+                if line is None:
+                    raw = chunk[ls + lo : min(le, ls + lo + MAX_LINE_CHARS)]
+                    line = lines[lo] = Line(line_no, normalize_line(raw.decode("utf-8", "replace")))
                 in_follow = follow_left[i] > 0
-                has_anchor = entry is not None and i in entry[2]
+                has_anchor = i in entry
                 self.consumers[i].feed(line, sink)
                 if has_anchor:
                     follow_left[i] = self._follow[i]

@@ -1,0 +1,218 @@
+"""Server settings as users and servers write them down.
+
+The same setting arrives as a CLI flag (`--max-model-len 8192`, `--max_model_len=8192`, `-tp 2`),
+a YAML key (`mem-fraction-static: 0.95`), a Python keyword (`LLM(tensor_parallel_size=8)`), or in
+the server's own echo of its arguments (`non-default args: {...}`, `Namespace(...)`,
+`ServerArgs(...)`, `... with config: model='...', max_seq_len=...`). All of them go through one
+table of names, so vLLM, SGLang and TGI spellings land in the same facts.
+
+Flags are read only where a command is written. vLLM's hints ("use '--enforce-eager'") and
+suggestions ("--gpu-memory-utilization=0.8800") are not settings. Secret-bearing flags
+(--api-key, tokens) have no entry in the table, so their values never become facts.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from typing import Any, ClassVar
+
+from bot.evidence.base import FactSink, Line
+from bot.evidence.redact import redact
+from bot.evidence.units import KINDS, convert, to_bool, to_float
+
+# dashed name -> fact. Underscores are read as dashes.
+SETTINGS: dict[str, str] = {
+    "model": "model", "model-path": "model", "model-id": "model",
+    "max-model-len": "max_model_len", "max-seq-len": "max_model_len",
+    "context-length": "max_model_len",
+    "gpu-memory-utilization": "gpu_memory_utilization",
+    "tensor-parallel-size": "tensor_parallel_size", "tp": "tensor_parallel_size",
+    "tp-size": "tensor_parallel_size", "num-shard": "tensor_parallel_size",
+    "pipeline-parallel-size": "pipeline_parallel_size", "pp": "pipeline_parallel_size",
+    "pp-size": "pipeline_parallel_size",
+    "data-parallel-size": "data_parallel_size", "dp": "data_parallel_size",
+    "dp-size": "data_parallel_size",
+    "kv-cache-dtype": "kv_cache_dtype",
+    "block-size": "block_size",
+    "max-num-seqs": "max_num_seqs",
+    "max-num-batched-tokens": "max_num_batched_tokens",
+    "enable-chunked-prefill": "enable_chunked_prefill",
+    "chunked-prefill-enabled": "enable_chunked_prefill",
+    "enforce-eager": "enforce_eager",
+    "cpu-offload-gb": "cpu_offload_gb",
+    "kv-cache-memory": "kv_cache_memory_bytes", "kv-cache-memory-bytes": "kv_cache_memory_bytes",
+    "swap-space": "swap_space_gib",
+    "quantization": "quantization", "quantize": "quantization", "q": "quantization",
+    "dtype": "dtype",
+    "mem-fraction-static": "mem_fraction_static",
+    "max-total-tokens": "max_total_tokens",
+    "max-batch-prefill-tokens": "max_batch_prefill_tokens",
+    "max-input-length": "max_input_length", "max-input-tokens": "max_input_length",
+}
+_SHORT = {"tp", "pp", "dp", "q"}  # single-dash spellings vLLM accepts
+_NONE = {"", "none", "null", "auto-detect"}
+
+# Lines that write a command rather than talk about one.
+_COMMANDS = ("vllm serve", "api_server", "launch_server", "text-generation-launcher",
+             "docker run", "python -m", "python3 -m", "vllm.entrypoints", "sglang.launch")
+_ECHOES = ("Namespace(", "ServerArgs(", "with config:")
+# Request logs quote user prompts, which may well mention flags.
+_CHATTER = ("Received request", "prompt: ")
+
+_TOKEN = re.compile(r"\"[^\"]{0,512}\"|'[^']{0,512}'|\S{1,512}")
+_KWARG = re.compile(
+    r"""(?<![\w.])(\w{1,48})\s{0,3}=\s{0,3}(?:'([^'\n]{0,512})'|"([^"\n]{0,512})"|"""
+    r"""["']?([^\s,'")\]}]{1,512}))""")
+_DICT_ITEM = re.compile(r"""['"](\w{1,48})['"]\s{0,3}:\s{0,3}(?:'([^']{0,512})'|"([^"]{0,512})"|"""
+                        r"""([^\s,'"}\]]{1,512}))""")
+_YAML = re.compile(
+    r"""^\s{0,40}(?:-\s{1,4})?["']?([A-Za-z][\w-]{0,47})["']?\s{0,4}:\s{1,4}"""
+    r"""(?:"([^"]{0,512})"|'([^']{0,512})'|([^\s#'"]{1,512}))\s{0,40}(?:#.{0,512})?$""")
+# TGI's launcher echo: `Args { model_id: "x", num_shard: Some(2), quantize: Some(Eetq), ... }`
+_RUST_FIELD = re.compile(r"""(\w{1,48}): (?:Some\()?(?:"([^"]{0,512})"|([\w.-]{1,64}))""")
+_HUMAN_INT = re.compile(r"^(\d{1,15}(?:\.\d{1,6})?)([kmgtKMGT]?)(?:i?B)?$")
+_SCALE = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12,
+          "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def _yaml_anchors() -> tuple[str, ...]:
+    """`key:` spellings cut to their last word, so one anchor serves several keys. Config files
+    (vLLM `--config`, SGLang recipes) spell keys with dashes; underscored keys arrive in the
+    servers' echoes, which have their own anchors. A bare `model:` is too common to be an
+    anchor (a YAML model name is still read when its line is offered for another reason)."""
+    out = [f"-{key.rsplit('-', 1)[-1]}:" if "-" in key else f"{key}:"
+           for key in SETTINGS if len(key) > 2 and key != "model"]
+    return tuple(dict.fromkeys(out))
+
+
+def apply_setting(key: str, raw: Any, sink: FactSink, line_no: int) -> None:
+    """Record setting `key` (any spelling) with value `raw` as written; unknown keys are ignored."""
+    name = key.strip().lstrip("-").replace("_", "-").lower()
+    negated = name.startswith("no-") and name[3:] in SETTINGS
+    fact = SETTINGS.get(name[3:] if negated else name)
+    if fact is None:
+        return
+    if KINDS[fact] == "bool":
+        value: Any = True if raw is None or raw is True else to_bool(str(raw))
+        sink.set(fact, (not value) if negated and value is not None else value, line_no)
+        return
+    if raw is None or isinstance(raw, bool | list | dict):
+        return
+    text = str(raw).strip().strip("'\"")
+    if text.lower() in _NONE or "$" in text or redact(text) != text:
+        return  # unset, a shell variable, or a secret: none of them is a fact
+    if fact == "kv_cache_memory_bytes":
+        sink.set(fact, _human_int(text), line_no)
+    elif fact == "model":
+        sink.set(fact, text.rstrip("/") or None, line_no)
+    elif fact in ("dtype", "kv_cache_dtype", "quantization"):
+        sink.set(fact, text.removeprefix("torch.").lower(), line_no)
+    else:
+        sink.set(fact, convert(fact, text), line_no)
+
+
+def _human_int(text: str) -> int | None:
+    m = _HUMAN_INT.match(text)
+    if not m:
+        return None
+    return int(float(m.group(1)) * _SCALE[m.group(2)])
+
+
+def _pairs(pattern: re.Pattern[str], text: str) -> list[tuple[str, str]]:
+    """(key, value) for each match: group 1 is the key, the first other group that took part is
+    the value (quoted and bare spellings are alternatives)."""
+    return [(m.group(1), next((g for g in m.groups()[1:] if g is not None), ""))
+            for m in pattern.finditer(text)]
+
+
+def _apply_pairs(pattern: re.Pattern[str], text: str, sink: FactSink, line_no: int) -> None:
+    for key, value in _pairs(pattern, text):
+        apply_setting(key, value, sink, line_no)
+
+
+class FlagsExtractor:
+    name: ClassVar[str] = "flags"
+    anchors: ClassVar[tuple[str, ...]] = (
+        "--", "vllm serve", "non-default args", *_ECHOES, "LLM(", "Args {", *_yaml_anchors())
+    follow: ClassVar[int] = 12  # continuation lines of `LLM(` calls and `\` commands
+
+    def __init__(self) -> None:
+        self._in_call = False
+        self._continued = False
+
+    def feed(self, line: Line, sink: FactSink) -> None:
+        text = line.text
+        if any(c in text for c in _CHATTER):
+            return
+        stripped = text.strip()
+        continued, self._continued = self._continued, stripped.endswith("\\")
+        if "non-default args" in text:
+            self._dict(text[text.index("non-default args"):], sink, line.no)
+        elif any(e in text for e in _ECHOES):
+            _apply_pairs(_KWARG, text, sink, line.no)
+        elif "Args {" in text:
+            _apply_pairs(_RUST_FIELD, text, sink, line.no)
+        elif "LLM(" in text:
+            call = text[text.index("LLM(") + 4:]
+            self._in_call = ")" not in call
+            _apply_pairs(_KWARG, call, sink, line.no)
+        elif self._in_call:
+            self._in_call = not stripped.startswith(")")
+            _apply_pairs(_KWARG, text, sink, line.no)
+        elif continued or _is_command(text, stripped):
+            self._command(text, sink, line.no)
+        else:
+            _apply_pairs(_YAML, text, sink, line.no)
+
+    def finish(self, sink: FactSink) -> None:
+        self._in_call = self._continued = False
+
+    @staticmethod
+    def _dict(text: str, sink: FactSink, line_no: int) -> None:
+        start, end = text.find("{"), text.rfind("}")
+        if start == -1:
+            return
+        body = text[start : end + 1] if end > start else text[start:]
+        items: list[tuple[str, Any]]
+        try:
+            parsed = ast.literal_eval(body)
+            items = list(parsed.items()) if isinstance(parsed, dict) else []
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            # Values such as CompilationConfig(...) are not literals: read the plain items.
+            items = list(_pairs(_DICT_ITEM, body))
+        for key, value in items:
+            apply_setting(str(key), value, sink, line_no)
+
+    @staticmethod
+    def _command(text: str, sink: FactSink, line_no: int) -> None:
+        tokens = [t.strip("'\"") for t in _TOKEN.findall(text)]
+        for i, tok in enumerate(tokens):
+            if tok == "serve" and i and tokens[i - 1].endswith("vllm") and i + 1 < len(tokens):
+                if not tokens[i + 1].startswith("-"):
+                    apply_setting("model", tokens[i + 1], sink, line_no)
+                continue
+            if not tok.startswith("-") or tok in ("-", "--") or _is_number(tok):
+                continue
+            if not tok.startswith("--") and tok[1:].split("=", 1)[0] not in _SHORT:
+                continue
+            name, eq, value = tok.partition("=")
+            if eq:
+                apply_setting(name, value, sink, line_no)
+                continue
+            nxt = tokens[i + 1] if i + 1 < len(tokens) else None
+            if nxt is None or (nxt.startswith("-") and not _is_number(nxt)) or nxt == "\\":
+                apply_setting(name, True, sink, line_no)
+            else:
+                apply_setting(name, nxt, sink, line_no)
+
+
+def _is_number(tok: str) -> bool:
+    return to_float(tok) is not None
+
+
+def _is_command(text: str, stripped: str) -> bool:
+    if any(c in text for c in _COMMANDS):
+        return True
+    return stripped.startswith(("--", "- --", "$ ", "+ ")) or re.match(r"^-\w{1,3} ", stripped) \
+        is not None

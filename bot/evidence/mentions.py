@@ -1,0 +1,79 @@
+"""GPUs and models named in prose ("Running Llama 3 70B on A100 GPU", "3x NVIDIA RTX 4090").
+
+The lowest-priority source: every fact here is set only if nothing better is known, so a log or
+an nvidia-smi paste always wins over what the user wrote in the question.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import ClassVar
+
+from bot.evidence.base import FactSink, Line
+
+# A GPU model: a family prefix and a model number, with an optional memory size.
+_GPU = re.compile(
+    r"(?<![\w-])(?:(?P<count>\d{1,2}) ?[x×] ?)?"
+    r"(?P<name>(?:NVIDIA |Nvidia )?(?:GeForce |Tesla |Quadro )?"
+    r"(?:RTX ?(?:PRO )?[A-Z]?\d{3,4}(?: ?Ti| ?Ada| D| SUPER)?|GTX ?\d{3,4}(?: ?Ti)?|"
+    r"GB?[HB]?\d{3}|[AHLBVTP]\d{1,4}[A-Z]?(?:-SXM\d?|-PCIE)?)(?: ?\d{2,3} ?GB)?)"
+    r"(?![\w-])")
+# A model size in billions/millions of parameters, or a Hugging Face repo id.
+_FAMILY = re.compile(
+    r"(?<![\w./-])(?P<name>(?:Meta-)?(?:Llama|LLaMA|Qwen|QwQ|Mistral|Mixtral|DeepSeek|Gemma|"
+    r"gemma|Phi|Falcon|CodeLlama|gpt-oss|Yi|GLM|Kimi)[\w .-]{0,40})")
+_SIZE = re.compile(r"^(.{0,40}?\b\d{1,4}(?:\.\d{1,2})?[BbMm])(?![\w])")
+_REPO = re.compile(r"(?<![\w./-])(?P<repo>[A-Za-z0-9][\w.-]{0,40}/[A-Za-z0-9][\w.-]{0,80})"
+                   r"(?![\w/-])")
+_KNOWN_PARTS = re.compile(r"(?:A100|A800|H100|H800|H200|H20|A10G|A30|A40|L40S?|V100|P100|B200)\b")
+_GPU_CONTEXT = re.compile(r"\s{0,2}(?:GPU|\(|\d{2,3} ?GB)")
+_MAX_PROSE = 2000
+_FAMILY_WORDS = ("llama", "qwen", "qwq", "mistral", "mixtral", "deepseek", "gemma", "phi-",
+                 "falcon", "gpt-", "glm", "yi-", "kimi", "starcoder", "granite", "nemotron")
+
+
+class MentionsExtractor:
+    name: ClassVar[str] = "mentions"
+    anchors: ClassVar[tuple[str, ...]] = (
+        "NVIDIA", "RTX", "Tesla", "A100", "H100", "H200", "A10G", "L40", "V100",
+        "lama", "LaMA", "Qwen", "qwen", "istral", "eepSeek", "eepseek", "emma", "gpt-oss", "Phi-")
+    follow: ClassVar[int] = 0
+
+    def feed(self, line: Line, sink: FactSink) -> None:
+        text = line.text
+        if len(text) > _MAX_PROSE:
+            return  # a log line, not a sentence someone wrote
+        if sink.get("gpu_name") is None and (m := _GPU.search(text)) and _plausible_gpu(m):
+            sink.set_default("gpu_name", m.group("name").strip(), line.no)
+            if m.group("count"):
+                sink.set_default("gpu_count", int(m.group("count")), line.no)
+        if sink.get("model") is None:
+            model = _model(text)
+            if model:
+                sink.set_default("model", model, line.no)
+
+    def finish(self, sink: FactSink) -> None:
+        """Nothing spans lines."""
+
+
+def _plausible_gpu(m: re.Match[str]) -> bool:
+    # A bare letter+digits counts when it is a well-known data-centre part, or stands next to a
+    # GPU word, a memory size or a count; otherwise "L2" or "T5" are as likely anything else.
+    name = m.group("name")
+    if any(w in name for w in ("NVIDIA", "Nvidia", "GeForce", "Tesla", "RTX", "GTX", "GB")):
+        return True
+    if _KNOWN_PARTS.match(name) or m.group("count") is not None:
+        return True
+    return bool(_GPU_CONTEXT.match(m.string, m.end(), m.end() + 12))
+
+
+def _model(text: str) -> str | None:
+    for m in _REPO.finditer(text):
+        repo = m.group("repo")
+        if any(w in repo.lower() for w in _FAMILY_WORDS) and not repo.endswith(".py"):
+            return repo
+    for m in _FAMILY.finditer(text):
+        sized = _SIZE.match(m.group("name"))
+        if sized:
+            return sized.group(1).strip(" -")
+    return None

@@ -1,0 +1,117 @@
+"""SGLang, TGI and PyTorch OOM lines."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from bot.evidence import extract_facts
+
+MIB = 1 / 1024
+
+CASES: list[tuple[str, dict[str, Any]]] = [
+    # SGLang
+    ("[2025-06-01 TP0] Load weight end. type=LlamaForCausalLM, dtype=torch.bfloat16, "
+     "avail mem=62.23 GB, mem usage=14.99 GB.",
+     {"engine": "sglang", "dtype": "bfloat16", "weights_gib": 14.99, "free_memory_gib": 62.23}),
+    ("[TP0] max_total_tokens=200000 is larger than the profiled value -1234. Use the profiled "
+     "value instead.", {"engine": "sglang", "max_total_tokens": 200000, "kv_cache_tokens": -1234}),
+    ("RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.",
+     {"engine": "sglang"}),
+    ("[TP0] KV Cache is allocated. #tokens: 512000, K size: 30.5 GB, V size: 30.5 GB",
+     {"engine": "sglang", "kv_cache_tokens": 512000}),
+    ("max_total_num_tokens=431302, chunked_prefill_size=8192, max_prefill_tokens=16384, "
+     "max_running_requests=4097, context_len=131072", {"kv_cache_tokens": 431302,
+                                                       "max_model_len": 131072}),
+    # TGI
+    ("text-generation-inference: 1.3.3", {"engine": "tgi", "engine_version": "1.3.3"}),
+    ("INFO text_generation_router: router/src/main.rs:1] Setting max batch total tokens to 4512",
+     {"engine": "tgi", "kv_cache_tokens": 4512}),
+    ("RuntimeError: Not enough memory to handle 4096 prefill tokens. You need to decrease "
+     "`--max-batch-prefill-tokens`", {"max_batch_prefill_tokens": 4096}),
+    ('Unable to warmup model: Generation("Allocation on device 0 would exceed allowed memory. '
+     "(out of memory)\\nCurrently allocated     : 16.08 GiB\\nRequested               : 4.83 GiB"
+     "\\nDevice limit            : 22.20 GiB\\nFree (according to CUDA): 11.12 MiB\\n\")",
+     {"oom_gpu_index": 0, "oom_process_in_use_gib": 16.08, "oom_tried_to_allocate_gib": 4.83,
+      "gpu_total_gib": 22.2, "oom_free_gib": 11.12 * MIB}),
+    ("Allocation on device 1 would exceed allowed memory. (out of memory)\n"
+     "Currently allocated     : 16.08 GiB\nRequested               : 4.83 GiB\n"
+     "Device limit            : 22.20 GiB\nFree (according to CUDA): 11.12 MiB",
+     {"oom_gpu_index": 1, "oom_process_in_use_gib": 16.08, "oom_tried_to_allocate_gib": 4.83,
+      "gpu_total_gib": 22.2, "oom_free_gib": 11.12 * MIB}),
+    ("Requested : 5 GiB for the shared pool", {"oom_tried_to_allocate_gib": None}),
+    # PyTorch, every wording
+    ("CUDA out of memory. Tried to allocate 160.00 MiB (GPU 0; 79.35 GiB total capacity; 78.58 "
+     "GiB already allocated; 145.19 MiB free; 78.58 GiB reserved in total by PyTorch)",
+     {"oom_tried_to_allocate_gib": 160 * MIB, "oom_gpu_index": 0, "gpu_total_gib": 79.35,
+      "oom_free_gib": 145.19 * MIB, "oom_process_in_use_gib": 78.58}),
+    ("Server error: CUDA out of memory. Tried to allocate 42.00 MiB. GPU 0 has a total capacty of "
+     "39.39 GiB of which 31.94 MiB is free. Process 7529 has 39.23 GiB memory in use.",
+     {"oom_tried_to_allocate_gib": 42 * MIB, "gpu_total_gib": 39.39,
+      "oom_free_gib": 31.94 * MIB, "oom_process_in_use_gib": 39.23}),
+    ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.00 GiB. GPU 3 has a total "
+     "capacity of 184.00 GiB of which 2.21 GiB is free. Including non-PyTorch memory, this "
+     "process has 181.77 GiB memory in use.",
+     {"oom_tried_to_allocate_gib": 4.0, "oom_gpu_index": 3, "gpu_total_gib": 184.0,
+      "oom_free_gib": 2.21, "oom_process_in_use_gib": 181.77}),
+    ("Tried to allocate 2.00 MiB. GPU 6 has a total capacity of 44.53 GiB of which 448.00 KiB is "
+     "free.", {"oom_free_gib": 448 / 2**20, "oom_gpu_index": 6}),
+    ("torch.cuda.OutOfMemoryError: CUDA out of memory.\nTried to allocate 23.04 GiB (GPU 0; 23.52 "
+     "GiB total; 0 bytes free)",
+     {"oom_tried_to_allocate_gib": 23.04, "gpu_total_gib": 23.52, "oom_free_gib": 0.0,
+      "oom_gpu_index": 0}),
+    ("Running Llama 3 70B on A100 GPU - Tried to allocate 160MiB. GPU",
+     {"oom_tried_to_allocate_gib": 160 * MIB, "model": "Llama 3 70B", "gpu_name": "A100"}),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), CASES, ids=[c[0][:50] for c in CASES])
+def test_figures(text: str, expected: dict[str, Any]) -> None:
+    facts = extract_facts(text)
+    for name, value in expected.items():
+        got = getattr(facts, name)
+        if isinstance(value, float):
+            assert got == pytest.approx(value, rel=1e-9), name
+        else:
+            assert got == value, name
+
+
+def test_oom_total_does_not_override_the_log() -> None:
+    text = ("the current vLLM instance can use total_gpu_memory (79.19GiB) x "
+            "gpu_memory_utilization "
+            "(0.90) = 71.27GiB\nTried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.10 "
+            "GiB of which 1.00 GiB is free.")
+    assert extract_facts(text).gpu_total_gib == 79.19
+
+
+def test_later_oom_wins() -> None:
+    text = ("Tried to allocate 42.00 MiB. GPU 0 has a total capacty of 39.39 GiB of which 31.94 "
+            "MiB is free.\nTried to allocate 222.00 MiB. GPU 1 has a total capacty of 39.39 GiB "
+            "of which 217.94 MiB is free.")
+    facts = extract_facts(text)
+    assert facts.oom_tried_to_allocate_gib == pytest.approx(222 * MIB)
+    assert facts.oom_gpu_index == 1
+
+
+@pytest.mark.parametrize(("text", "gpu", "count", "model"), [
+    ("Running Llama 3 70B on A100 GPU - Tried to allocate 160MiB", "A100", None, "Llama 3 70B"),
+    ("I was testing with AWS G5.48xl machine with A10G GPU (24GB each).", "A10G", None, None),
+    ("- GPU: 3x NVIDIA RTX 4090 24 GB", "NVIDIA RTX 4090 24 GB", 3, None),
+    ("serving Qwen2.5-7B-Instruct on 4x A100-SXM4 80GB", "A100-SXM4 80GB", 4, "Qwen2.5-7B"),
+    ("llm = TheBloke/Llama-2-70B-AWQ on a Tesla T4 machine", "Tesla T4", None,
+     "TheBloke/Llama-2-70B-AWQ"),
+    ("cannot run on H100", "H100", None, None),
+    ("L2 cache misses in /vllm/model_executor/models/llama.py", None, None, None),
+])
+def test_prose_mentions(text: str, gpu: str | None, count: int | None, model: str | None) -> None:
+    facts = extract_facts(text)
+    assert (facts.gpu_name, facts.gpu_count, facts.model) == (gpu, count, model)
+
+
+def test_prose_never_overrides_the_evidence() -> None:
+    text = ("Running Llama 3 70B on A100 GPU\nvllm serve meta-llama/Llama-3.1-70B -tp 2\n"
+            "|   0  NVIDIA H100 80GB HBM3          On  | 00000000:C3:00.0 Off |"
+            "                    0 |\n")
+    facts = extract_facts(text)
+    assert (facts.model, facts.gpu_name) == ("meta-llama/Llama-3.1-70B", "NVIDIA H100 80GB HBM3")
