@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import subprocess
 import sys
 from pathlib import Path
@@ -95,9 +94,23 @@ def test_hostile_small_inputs_get_a_clear_outcome(tmp_path: Path, content: bytes
     assert b"Traceback" not in r.stderr
 
 
+PEAK = """
+import sys
+from bot.cli import main
+try:
+    main(sys.argv[1:])
+finally:  # VmHWM: this process image's peak (ru_maxrss would carry the parent's over exec)
+    status = open("/proc/self/status").read().split("VmHWM:")[1].split()[0]
+    sys.stderr.write(f"peak-kb {status}\\n")
+"""
+
+
 def _peak_rss_mb_of(args: list[str]) -> tuple[subprocess.CompletedProcess[bytes], float]:
-    r = cli(*args)
-    return r, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    r = subprocess.run([sys.executable, "-c", PEAK, *args], capture_output=True, env=env,
+                       timeout=120, check=False)
+    peak = int(r.stderr.decode().rsplit("peak-kb ", 1)[1].split()[0])
+    return r, peak / 1024
 
 
 @pytest.mark.slow

@@ -13,6 +13,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ahocorasick_rs import AhoCorasick
+
 from bot.evidence.base import FactSink, Line
 from bot.kb.loader import KB
 from bot.kb.schema import Signature
@@ -22,11 +24,27 @@ KIND_RANK = {"error": 3, "warning": 2, "info": 1}
 MAX_EVIDENCE = 5
 
 
+class LazyRegex:
+    """A pattern compiled on first use. Most signatures never see a line with their anchor in
+    a given paste, and compiling all of them would cost more than the whole diagnosis."""
+
+    __slots__ = ("_compiled", "flags", "pattern")
+
+    def __init__(self, pattern: str, flags: int = 0) -> None:
+        self.pattern, self.flags = pattern, flags
+        self._compiled: re.Pattern[str] | None = None
+
+    def search(self, text: str) -> re.Match[str] | None:
+        if self._compiled is None:
+            self._compiled = re.compile(self.pattern, self.flags)
+        return self._compiled.search(text)
+
+
 @dataclass(frozen=True)
 class CompiledSignature:
     problem_id: str
     sig: Signature
-    regex: re.Pattern[str]
+    regex: LazyRegex
     anchors: tuple[str, ...]
     ctx_any: tuple[int, ...]
     ctx_none: tuple[int, ...]
@@ -48,7 +66,7 @@ class CompiledKB:
     def __init__(self, kb: KB) -> None:
         self.kb = kb
         ctx_index: dict[str, int] = {}
-        ctx: list[tuple[re.Pattern[str], tuple[str, ...]]] = []
+        ctx: list[tuple[LazyRegex, tuple[str, ...]]] = []
 
         def ctx_id(pattern: str) -> int:
             if pattern not in ctx_index:
@@ -57,7 +75,7 @@ class CompiledKB:
                 anchor = derive_anchor(pattern)
                 assert anchor is not None  # guaranteed by Context validation
                 ctx_index[pattern] = len(ctx)
-                ctx.append((re.compile(pattern), (anchor,)))
+                ctx.append((LazyRegex(pattern), (anchor,)))
             return ctx_index[pattern]
 
         sigs: list[CompiledSignature] = []
@@ -66,7 +84,7 @@ class CompiledKB:
                 flags = re.IGNORECASE if sig.ignore_case else 0
                 any_ids = tuple(ctx_id(p) for p in sig.context.any) if sig.context else ()
                 none_ids = tuple(ctx_id(p) for p in sig.context.none) if sig.context else ()
-                sigs.append(CompiledSignature(problem.id, sig, re.compile(sig.pattern, flags),
+                sigs.append(CompiledSignature(problem.id, sig, LazyRegex(sig.pattern, flags),
                                               sig.effective_anchors(), any_ids, none_ids))
         self.signatures = sigs
         self.contexts = ctx
@@ -80,6 +98,8 @@ class CompiledKB:
             for a in anchors:
                 self.ctx_by_anchor.setdefault(a, []).append(i)
         self.anchors = tuple(dict.fromkeys([*by_anchor, *self.ctx_by_anchor]))
+        # which anchors a line holds, in one call rather than a substring test per anchor
+        self.finder = AhoCorasick(list(self.anchors))
 
 
 class Matcher:
@@ -97,15 +117,15 @@ class Matcher:
     def feed(self, line: Line, sink: FactSink) -> None:
         text = line.text
         comp = self.compiled
-        for anchor, ids in comp.ctx_by_anchor.items():
-            if anchor in text:
-                for i in ids:
-                    if comp.contexts[i][0].search(text):
-                        self._ctx_last[i] = line.no
+        present = {comp.anchors[idx] for idx, _, _ in
+                   comp.finder.find_matches_as_indexes(text, overlapping=True)}
+        for anchor in present:
+            for i in comp.ctx_by_anchor.get(anchor, ()):
+                if comp.contexts[i][0].search(text):
+                    self._ctx_last[i] = line.no
         candidates: set[int] = set()
-        for anchor, ids in comp.by_anchor.items():
-            if anchor in text:
-                candidates.update(ids)
+        for anchor in present:
+            candidates.update(comp.by_anchor.get(anchor, ()))
         if not candidates:
             return
         matched = [comp.signatures[i] for i in sorted(candidates)

@@ -15,12 +15,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-try:
-    import re._constants as _c  # type: ignore[import-not-found]
-    import re._parser as _p  # type: ignore[import-not-found]
-except ImportError:  # pragma: no cover - Python < 3.11
-    import sre_constants as _c  # type: ignore[no-redef]
-    import sre_parse as _p  # type: ignore[no-redef]
+import re._constants as _c  # type: ignore[import-not-found]  # re's own parser (3.11+)
+import re._parser as _p  # type: ignore[import-not-found]
 
 MAX_REPEAT = 512
 _REPEATS = {_c.MAX_REPEAT, _c.MIN_REPEAT, getattr(_c, "POSSESSIVE_REPEAT", None)} - {None}

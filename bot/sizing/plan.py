@@ -39,6 +39,7 @@ from bot.sizing.checks import (
 SIGNAL_SCORE = 0.95  # a signature naming the cause is direct evidence: above any check
 SUPPORTED = 0.5  # a cause at or above this is backed by the facts, not just possible
 DEFAULT_ENGINE = "vllm"
+DEFAULT_UTILIZATION = 0.9  # vLLM's gpu_memory_utilization default (SGLang's is similar)
 
 
 @dataclass(slots=True, kw_only=True)
@@ -267,7 +268,9 @@ def _fill(template: str, values: dict[str, Any]) -> str | None:
     return template.format_map({n: _Value(n, values[n]) for n in names})
 
 
-def _flag_value(text: str) -> str | int | float:
+def _flag_value(text: str) -> str | int | float | bool:
+    if text == "":
+        return True  # an on/off flag such as --enforce-eager
     try:
         return int(text)
     except ValueError:
@@ -323,7 +326,8 @@ def withhold_reason(fx: FixTemplate, fix: Fix, facts: Facts, sizing: Sizing | No
                         "headroom for the CUDA context and transient allocations")
             current = facts.gpu_memory_utilization if flag == _UTIL_FLAGS[0] else (
                 facts.mem_fraction_static)
-            if current is None or value > current:
+            # unknown: the engine's default, so lowering to fit free memory is not a raise
+            if value > (current if current is not None else DEFAULT_UTILIZATION):
                 names += _RAISE_GUARDS
         if flag == "--tensor-parallel-size" and isinstance(value, int) and value > (
                 facts.tensor_parallel_size or 1):

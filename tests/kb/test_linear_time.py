@@ -20,8 +20,10 @@ MB = 1 << 20
 
 def _patterns() -> list[tuple[str, re.Pattern[str], tuple[str, ...]]]:
     compiled = CompiledKB(load_kb(use_cache=False))
-    out = [(cs.sig.id, cs.regex, cs.anchors) for cs in compiled.signatures]
-    out += [(f"context:{rx.pattern}", rx, anchors) for rx, anchors in compiled.contexts]
+    out = [(cs.sig.id, re.compile(cs.regex.pattern, cs.regex.flags), cs.anchors)
+           for cs in compiled.signatures]
+    out += [(f"context:{rx.pattern}", re.compile(rx.pattern), anchors)
+            for rx, anchors in compiled.contexts]
     return out
 
 

@@ -88,7 +88,8 @@ def test_warning_alone_is_reported(tmp_path: Path) -> None:
 
 def test_traceback_context_decides_the_oom_phase(tmp_path: Path) -> None:
     c = compiled(tmp_path)
-    load = '  File "worker.py", line 1, in load_model\ntorch.OutOfMemoryError: CUDA out of memory.\n'
+    load = ('  File "worker.py", line 1, in load_model\n'
+            'torch.OutOfMemoryError: CUDA out of memory.\n')
     capture = ('  File "worker.py", line 9, in capture_model\n'
                'torch.OutOfMemoryError: CUDA out of memory.\n')
     assert match_problems(c, load) == ["oom-load"]
