@@ -8,6 +8,7 @@ stderr, never a traceback.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, BinaryIO, NoReturn
@@ -16,6 +17,7 @@ if TYPE_CHECKING:
     from bot.kb.loader import KB
     from bot.kb.testing import ExampleResult
     from bot.schema import Diagnosis
+    from bot.sizing.calculators import SizeReport
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
@@ -41,7 +43,7 @@ def _open_input(path: str) -> tuple[BinaryIO, str]:
             raise UsageError("no input: give a FILE, or pipe a log into `inferbot diagnose -`")
         return sys.stdin.buffer, "stdin"
     try:
-        return open(path, "rb"), path  # noqa: SIM115 - closed by the caller
+        return open(path, "rb"), path
     except IsADirectoryError:
         raise UsageError(f"{path} is a directory, not a log file") from None
     except FileNotFoundError:
@@ -51,8 +53,8 @@ def _open_input(path: str) -> tuple[BinaryIO, str]:
 
 
 def _load_kb() -> KB:
+    from bot.kb.errors import KBError
     from bot.kb.loader import load_kb
-    from bot.kb.yamlio import KBError
 
     try:
         return load_kb()
@@ -81,20 +83,43 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _write_chart(d: Diagnosis, path: str) -> None:
+def _write_chart(source: Diagnosis | SizeReport, path: str) -> None:
     from bot.sizing.chart import chart_data, write_chart
 
     try:
-        write_chart(chart_data(d), path)
+        data = chart_data(source)
+    except ValueError as exc:  # nothing to draw: a diagnosis without memory arithmetic
+        sys.stderr.write(f"inferbot: no chart: {exc}\n")
+        return
+    try:
+        write_chart(data, path)
     except OSError as exc:
         raise Failure(f"cannot write chart {path}: {exc.strerror or exc}") from None
     sys.stderr.write(f"chart written to {path}\n")
 
 
+def cmd_size(args: argparse.Namespace) -> int:
+    from bot.sizing.calculators import render_size_text, size
+
+    try:
+        report = size(args.model, args.gpu, gpus=args.gpus, tp=args.tp,
+                      max_model_len=args.max_model_len, concurrency=args.concurrency,
+                      kv_cache_dtype=args.kv_cache_dtype,
+                      gpu_memory_utilization=args.gpu_memory_utilization,
+                      quantization=args.quantization, read_files=True)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    sys.stdout.write((report.model_dump_json(indent=2) if args.json
+                      else render_size_text(report)) + "\n")
+    if args.chart:
+        _write_chart(report, args.chart)
+    return EXIT_OK
+
+
 def cmd_kb(args: argparse.Namespace) -> int:
+    from bot.kb.errors import KBError
     from bot.kb.loader import load_kb
     from bot.kb.testing import coverage_errors, run_examples
-    from bot.kb.yamlio import KBError
 
     try:
         kb = load_kb(use_cache=args.action not in ("validate", "test"))
@@ -150,10 +175,93 @@ def _kb_show(kb: KB, ident: str | None) -> int:
     return EXIT_OK
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    from bot.config import get_settings
+    from bot.slack.app import StartupError, run
+
+    try:
+        run(get_settings(), http=args.http, bind=args.bind, port=args.port)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    except StartupError as exc:
+        raise Failure(str(exc)) from None
+    return EXIT_OK
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    """Collect from hosts (SSH, or this machine), then diagnose each with its own numbers."""
+    from pathlib import Path
+
+    from bot.collect.inventory import LOCAL_NAME, InventoryError, load_inventory
+    from bot.collect.runner import audit, check_hosts
+    from bot.diagnose import diagnose
+    from bot.render.text import render
+    from bot.schema import to_data
+
+    names = list(dict.fromkeys([*args.hosts, *([LOCAL_NAME] if args.local else [])]))
+    if not names:
+        raise UsageError("name at least one host, or --local")
+    inventory = None
+    if any(n != LOCAL_NAME for n in names):
+        try:
+            inventory = load_inventory(Path(args.inventory) if args.inventory else None)
+        except InventoryError as exc:
+            raise UsageError(str(exc)) from None
+    snaps = check_hosts(names, inventory, deadline_s=args.deadline)
+    audit(snaps)
+    kb = _load_kb() if any(s.error is None for s in snaps) else None
+    report = []
+    for snap in snaps:
+        d = diagnose(snap.evidence(), kb) if kb is not None and snap.error is None else None
+        if args.json:
+            report.append({**snap.model_dump(mode="json", include={
+                "host", "method", "duration_s", "error", "unread"}),
+                "commands": [c.model_dump(mode="json", exclude={"output"})
+                             for c in snap.commands],
+                "diagnosis": to_data(d) if d is not None else None})
+            continue
+        sys.stdout.write(f"== {snap.host} ({snap.method}, {snap.duration_s:.1f} s)\n")
+        if snap.error:
+            sys.stdout.write(f"   not collected: {snap.error}\n\n")
+            continue
+        for line in snap.unread:
+            sys.stdout.write(f"   could not read: {line}\n")
+        sys.stdout.write(render(d) + "\n\n" if d is not None else "\n")
+    if args.json:
+        sys.stdout.write(json.dumps({"hosts": report}, indent=2, ensure_ascii=False) + "\n")
+    sys.stdout.flush()
+    if any(s.error and s.error.startswith("refused ") for s in snaps):
+        return EXIT_USAGE
+    return EXIT_FAIL if any(s.error for s in snaps) else EXIT_OK
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "diagnose": cmd_diagnose,
     "kb": cmd_kb,
+    "size": cmd_size,
+    "check": cmd_check,
+    "serve": cmd_serve,
 }
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text} must be greater than 0")
+    return value
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0.0 < value <= 1.0:
+        raise argparse.ArgumentTypeError(f"{text} must be in (0, 1], e.g. 0.9")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -177,6 +285,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-store", action="store_true", help="do not record the incident")
     p.add_argument("--chart", metavar="PNG", help="also write the memory-budget chart")
 
+    p = sub.add_parser("size", help="KV cache, throughput and users for MODEL on GPU",
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       description="The seed's three calculators: KV cache memory, a roofline "
+                                   "throughput estimate and concurrent users per GPU.",
+                       epilog="examples:\n  inferbot size llama-3.1-8b --gpu H100\n"
+                              "  inferbot size Qwen/Qwen3-32B --gpu A100-80GB --gpus 2 --tp 2 "
+                              "--max-model-len 32768 --kv-cache-dtype fp8 --json\n"
+                              "  inferbot size ./config.json --gpu L40S --chart mem.png\n")
+    p.add_argument("model", metavar="MODEL",
+                   help="catalog name, HF id, or a config.json path / checkpoint folder")
+    p.add_argument("--gpu", required=True, metavar="NAME", help="GPU name, e.g. H100, A10G")
+    p.add_argument("--gpus", type=_positive_int, metavar="N", help="GPUs available")
+    p.add_argument("--tp", type=_positive_int, metavar="N", help="tensor-parallel size")
+    p.add_argument("--max-model-len", type=_positive_int, metavar="L")
+    p.add_argument("--concurrency", type=_positive_int, metavar="C",
+                   help="sequences at max-model-len to hold at once")
+    p.add_argument("--kv-cache-dtype", choices=["auto", "fp8", "fp8_e4m3", "fp8_e5m2"])
+    p.add_argument("--gpu-memory-utilization", type=_fraction, metavar="U")
+    p.add_argument("--quantization", metavar="Q", help="awq, gptq, fp8, ... (weights)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--chart", metavar="PNG", help="also write the memory-budget chart")
+
     p = sub.add_parser("kb", help="validate, test, list or show the knowledge base",
                        formatter_class=argparse.RawDescriptionHelpFormatter,
                        description="Work with the knowledge base (knowledge/ plus "
@@ -185,6 +315,35 @@ def build_parser() -> argparse.ArgumentParser:
                               "  inferbot kb show kv-cache-no-blocks\n")
     p.add_argument("action", choices=["validate", "test", "list", "show"])
     p.add_argument("id", nargs="?", help="problem or cause id (for show)")
+
+    p = sub.add_parser("serve", help="run the Slack app (Socket Mode, or HTTP with --http)",
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       description="Run the Slack bot. Socket Mode needs SLACK_APP_TOKEN; HTTP "
+                                   "mode needs SLACK_SIGNING_SECRET; both need SLACK_BOT_TOKEN.",
+                       epilog="examples:\n  SLACK_APP_TOKEN=xapp-... SLACK_BOT_TOKEN=xoxb-... "
+                              "inferbot serve\n  inferbot serve --http --port 3000\n")
+    p.add_argument("--http", action="store_true",
+                   help="serve the Events API endpoint /slack/events instead of Socket Mode")
+    p.add_argument("--port", type=int, default=3000, help="HTTP port (default 3000; 0 = any)")
+    p.add_argument("--bind", default="0.0.0.0", help="HTTP address (default 0.0.0.0)")
+    p = sub.add_parser("check", help="collect from GPU hosts over SSH (or --local) and diagnose",
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       description="Collect GPU state, the server's flags and logs and the "
+                                   "model's config from inventory hosts, in parallel, then "
+                                   "diagnose each. Only hosts in the inventory "
+                                   "(INFERBOT_INVENTORY or ~/.config/inferbot/hosts.yaml) are "
+                                   "contacted, with verified host keys and key authentication.",
+                       epilog="examples:\n  inferbot check gpu-07\n"
+                              "  inferbot check gpu-01 gpu-02 gpu-03 --json\n"
+                              "  inferbot check --local\n")
+    p.add_argument("hosts", nargs="*", metavar="HOST",
+                   help="inventory host names; `localhost` reads this machine")
+    p.add_argument("--local", action="store_true", help="also read this machine (NVML)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--deadline", type=float, default=30.0, metavar="S",
+                   help="seconds each host may take (default 30)")
+    p.add_argument("--inventory", metavar="PATH", help="inventory file to use")
+
     return parser
 
 

@@ -7,10 +7,10 @@ always beats an arithmetic one.
 from __future__ import annotations
 
 import dataclasses
-import re
 from typing import ClassVar
 
 from bot.evidence.base import FactSink, Line
+from bot.lazyre import lazy
 
 # The server never got to serve: whatever holds GPU memory in the paste is someone else.
 STARTUP_FAILURES = (
@@ -22,7 +22,7 @@ STARTUP_FAILURES = (
 CUDA_BLOCK_SIZE = 16  # vLLM's default on CUDA/ROCm when --block-size is not given
 # vLLM's engine config names the platform; others use other block sizes (HPU 128, neuron:
 # max_model_len).
-_DEVICE = re.compile(r"device_config=(?:device\(type=)?'?(?P<device>\w{1,16})")
+_DEVICE = lazy(r"device_config=(?:device\(type=)?'?(?P<device>\w{1,16})")
 
 
 class DerivedFacts:

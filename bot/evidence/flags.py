@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 from bot.evidence.base import FactSink, Line
 from bot.evidence.redact import redact
 from bot.evidence.units import KINDS, convert, to_bool, to_float
+from bot.lazyre import LazyPattern, lazy
 
 # dashed name -> fact. Underscores are read as dashes.
 SETTINGS: dict[str, str] = {
@@ -60,18 +61,18 @@ _ECHOES = ("Namespace(", "ServerArgs(", "with config:")
 # Request logs quote user prompts, which may well mention flags.
 _CHATTER = ("Received request", "prompt: ")
 
-_TOKEN = re.compile(r"\"[^\"]{0,512}\"|'[^']{0,512}'|\S{1,512}")
-_KWARG = re.compile(
+_TOKEN = lazy(r"\"[^\"]{0,512}\"|'[^']{0,512}'|\S{1,512}")
+_KWARG = lazy(
     r"""(?<![\w.])(\w{1,48})\s{0,3}=\s{0,3}(?:'([^'\n]{0,512})'|"([^"\n]{0,512})"|"""
     r"""["']?([^\s,'")\]}]{1,512}))""")
-_DICT_ITEM = re.compile(r"""['"](\w{1,48})['"]\s{0,3}:\s{0,3}(?:'([^']{0,512})'|"([^"]{0,512})"|"""
+_DICT_ITEM = lazy(r"""['"](\w{1,48})['"]\s{0,3}:\s{0,3}(?:'([^']{0,512})'|"([^"]{0,512})"|"""
                         r"""([^\s,'"}\]]{1,512}))""")
-_YAML = re.compile(
+_YAML = lazy(
     r"""^\s{0,40}(?:-\s{1,4})?["']?([A-Za-z][\w-]{0,47})["']?\s{0,4}:\s{1,4}"""
     r"""(?:"([^"]{0,512})"|'([^']{0,512})'|([^\s#'"]{1,512}))\s{0,40}(?:#.{0,512})?$""")
 # TGI's launcher echo: `Args { model_id: "x", num_shard: Some(2), quantize: Some(Eetq), ... }`
-_RUST_FIELD = re.compile(r"""(\w{1,48}): (?:Some\()?(?:"([^"]{0,512})"|([\w.-]{1,64}))""")
-_HUMAN_INT = re.compile(r"^(\d{1,15}(?:\.\d{1,6})?)([kmgtKMGT]?)(?:i?B)?$")
+_RUST_FIELD = lazy(r"""(\w{1,48}): (?:Some\()?(?:"([^"]{0,512})"|([\w.-]{1,64}))""")
+_HUMAN_INT = lazy(r"^(\d{1,15}(?:\.\d{1,6})?)([kmgtKMGT]?)(?:i?B)?$")
 _SCALE = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12,
           "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
@@ -119,14 +120,14 @@ def _human_int(text: str) -> int | None:
     return int(float(m.group(1)) * _SCALE[m.group(2)])
 
 
-def _pairs(pattern: re.Pattern[str], text: str) -> list[tuple[str, str]]:
+def _pairs(pattern: LazyPattern, text: str) -> list[tuple[str, str]]:
     """(key, value) for each match: group 1 is the key, the first other group that took part is
     the value (quoted and bare spellings are alternatives)."""
     return [(m.group(1), next((g for g in m.groups()[1:] if g is not None), ""))
             for m in pattern.finditer(text)]
 
 
-def _apply_pairs(pattern: re.Pattern[str], text: str, sink: FactSink, line_no: int) -> None:
+def _apply_pairs(pattern: LazyPattern, text: str, sink: FactSink, line_no: int) -> None:
     for key, value in _pairs(pattern, text):
         apply_setting(key, value, sink, line_no)
 

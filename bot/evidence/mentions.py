@@ -10,23 +10,24 @@ import re
 from typing import ClassVar
 
 from bot.evidence.base import FactSink, Line
+from bot.lazyre import lazy
 
 # A GPU model: a family prefix and a model number, with an optional memory size.
-_GPU = re.compile(
+_GPU = lazy(
     r"(?<![\w-])(?:(?P<count>\d{1,2}) ?[x×] ?)?"
     r"(?P<name>(?:NVIDIA |Nvidia )?(?:GeForce |Tesla |Quadro )?"
     r"(?:RTX ?(?:PRO )?[A-Z]?\d{3,4}(?: ?Ti| ?Ada| D| SUPER)?|GTX ?\d{3,4}(?: ?Ti)?|"
     r"GB?[HB]?\d{3}|[AHLBVTP]\d{1,4}[A-Z]?(?:-SXM\d?|-PCIE)?)(?: ?\d{2,3} ?GB)?)"
     r"(?![\w-])")
 # A model size in billions/millions of parameters, or a Hugging Face repo id.
-_FAMILY = re.compile(
+_FAMILY = lazy(
     r"(?<![\w./-])(?P<name>(?:Meta-)?(?:Llama|LLaMA|Qwen|QwQ|Mistral|Mixtral|DeepSeek|Gemma|"
     r"gemma|Phi|Falcon|CodeLlama|gpt-oss|Yi|GLM|Kimi)[\w .-]{0,40})")
-_SIZE = re.compile(r"^(.{0,40}?\b\d{1,4}(?:\.\d{1,2})?[BbMm])(?![\w])")
-_REPO = re.compile(r"(?<![\w./-])(?P<repo>[A-Za-z0-9][\w.-]{0,40}/[A-Za-z0-9][\w.-]{0,80})"
+_SIZE = lazy(r"^(.{0,40}?\b\d{1,4}(?:\.\d{1,2})?[BbMm])(?![\w])")
+_REPO = lazy(r"(?<![\w./-])(?P<repo>[A-Za-z0-9][\w.-]{0,40}/[A-Za-z0-9][\w.-]{0,80})"
                    r"(?![\w/-])")
-_KNOWN_PARTS = re.compile(r"(?:A100|A800|H100|H800|H200|H20|A10G|A30|A40|L40S?|V100|P100|B200)\b")
-_GPU_CONTEXT = re.compile(r"\s{0,2}(?:GPU|\(|\d{2,3} ?GB)")
+_KNOWN_PARTS = lazy(r"(?:A100|A800|H100|H800|H200|H20|A10G|A30|A40|L40S?|V100|P100|B200)\b")
+_GPU_CONTEXT = lazy(r"\s{0,2}(?:GPU|\(|\d{2,3} ?GB)")
 _MAX_PROSE = 2000
 _FAMILY_WORDS = ("llama", "qwen", "qwq", "mistral", "mixtral", "deepseek", "gemma", "phi-",
                  "falcon", "gpt-", "glm", "yi-", "kimi", "starcoder", "granite", "nemotron")

@@ -15,35 +15,36 @@ from typing import ClassVar
 
 from bot.evidence.base import FactSink, Line
 from bot.evidence.units import is_unknown, to_float, to_int, to_mib
+from bot.lazyre import lazy
 from bot.schema import GpuInfo, GpuProcess
 
-_HEADER = re.compile(r"NVIDIA-SMI (?P<smi>[\w.-]{1,20})(?: {1,40}Driver Version: "
+_HEADER = lazy(r"NVIDIA-SMI (?P<smi>[\w.-]{1,20})(?: {1,40}Driver Version: "
                      r"(?P<driver>[\w.-]{1,20}))?(?: {1,40}CUDA Version: (?P<cuda>[\d.]{1,10}))?")
-_DRIVER = re.compile(r"[Dd]river [Vv]ersion: {0,8}(?P<driver>\d{2,4}\.[\d.]{1,12})")
-_CUDA = re.compile(r"CUDA Version: {0,8}(?P<cuda>\d{1,3}\.\d{1,3})")
-_NAME_ROW = re.compile(
+_DRIVER = lazy(r"[Dd]river [Vv]ersion: {0,8}(?P<driver>\d{2,4}\.[\d.]{1,12})")
+_CUDA = lazy(r"CUDA Version: {0,8}(?P<cuda>\d{1,3}\.\d{1,3})")
+_NAME_ROW = lazy(
     r"^\|\s{0,8}(?P<index>\d{1,3})\s{1,8}(?P<name>\S.{0,60}?)\s{1,40}(?:On|Off)\s{0,8}\|"
     r"\s{0,12}(?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])")
-_MEM_ROW = re.compile(r"^\|.{0,60}?\|\s{0,20}(?P<used>\d{1,9})MiB\s{0,6}/\s{0,6}"
+_MEM_ROW = lazy(r"^\|.{0,60}?\|\s{0,20}(?P<used>\d{1,9})MiB\s{0,6}/\s{0,6}"
                       r"(?P<total>\d{1,9})MiB"
                       r"\s{0,20}\|\s{0,20}(?P<util>\d{1,3}%|N/A)")
-_MIG_MODE_ROW = re.compile(
+_MIG_MODE_ROW = lazy(
     r"^\|\s{1,60}\|\s{1,60}\|\s{0,30}(?P<mode>Enabled|Disabled|N/A)\s{0,4}\|")
-_MIG_ROW = re.compile(
+_MIG_ROW = lazy(
     r"^\|\s{0,4}(?P<gpu>\d{1,3})\s{1,4}(?P<gi>\d{1,3})\s{1,4}(?P<ci>\d{1,3})\s{1,4}"
     r"(?P<dev>\d{1,3})\s{1,4}\|\s{1,40}(?P<used>\d{1,9})MiB\s{0,6}/\s{0,6}(?P<total>\d{1,9})MiB")
-_PROC_ROW = re.compile(
+_PROC_ROW = lazy(
     r"^\|\s{0,8}(?P<gpu>\d{1,3}|N/A)\s{1,8}(?:(?:\d{1,4}|N/A)\s{1,8}(?:\d{1,4}|N/A)\s{1,16})?"
     r"(?P<pid>\d{1,10}|N/A)\s{1,10}(?P<type>C\+G|M\+C\+G|M\+C|C|G|M)\s{1,10}"
     r"(?P<name>\S.{0,100}?)?\s{0,80}(?P<used>\d{1,9}MiB|N/A)\s{0,8}\|\s{0,4}$")
-_LISTING = re.compile(
+_LISTING = lazy(
     r"^\s{0,8}(?:GPU )?(?P<index>\d{1,3}): "
     r"(?P<name>(?:NVIDIA|Tesla|GeForce|Quadro)[\w .()/-]{1,60}?)"
     r"(?: {1,8}(?P<mib>\d{2,7}) ?MiB| \(UUID: (?P<uuid>GPU-[\w-]{1,64})\))?\s{0,8}$")
-_TEMPLATE = re.compile(
+_TEMPLATE = lazy(
     r"GPU (?:(?P<type>type)|(?P<number>number)|(?P<memory>memory)): {0,8}(?P<value>\S.{0,80}?)"
     r"\s{0,8}$")
-_QUERY = re.compile(r"--query-(?P<what>gpu|compute-apps)=(?P<fields>[\w.,]{1,512})")
+_QUERY = lazy(r"--query-(?P<what>gpu|compute-apps)=(?P<fields>[\w.,]{1,512})")
 
 # CSV column -> GpuInfo / GpuProcess field (aliases print their canonical names, both kept).
 _GPU_COLUMNS = {"index": "index", "name": "name", "gpu_name": "name", "uuid": "uuid",
@@ -59,9 +60,9 @@ _KNOWN_COLUMNS = {*_GPU_COLUMNS, *_PROC_COLUMNS, "driver_version", "timestamp", 
                   "temperature.gpu", "pstate", "fan.speed", "utilization.memory"}
 
 # A process is the server under diagnosis when its name says so.
-SERVER_NAME = re.compile(r"vllm|VLLM::|sglang|text-generation|text_generation|EngineCore",
+SERVER_NAME = lazy(r"vllm|VLLM::|sglang|text-generation|text_generation|EngineCore",
                          re.IGNORECASE)
-_INTERPRETER = re.compile(r"(?:^|/)python[\d.]{0,5}$")
+_INTERPRETER = lazy(r"(?:^|/)python[\d.]{0,5}$")
 
 
 def is_server(name: str | None) -> bool | None:

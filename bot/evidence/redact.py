@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from bot.lazyre import LazyPattern, lazy
+
 MARK = "[REDACTED]"
 _NOT_MARK = r"(?!\[REDACTED)"
 # A value as written after `=` or `:`: quoted, a bracketed list (vLLM's api_key=['...']), or bare.
@@ -51,35 +53,35 @@ def _openai(m: re.Match[str]) -> str:
     return m.group(0)
 
 
-_RULES: tuple[tuple[tuple[str, ...], re.Pattern[str], Callable[[re.Match[str]], str]], ...] = (
-    (("PRIVATE KEY",), re.compile(
+_RULES: tuple[tuple[tuple[str, ...], LazyPattern, Callable[[re.Match[str]], str]], ...] = (
+    (("PRIVATE KEY",), lazy(
         r"-----BEGIN [A-Z ]{0,40}PRIVATE KEY-----(?:[\s\S]{0,16384}?-----END [A-Z ]{0,40}"
         r"PRIVATE KEY-----|[A-Za-z0-9+/=\s]{0,16384})"), lambda m: MARK + " (private key)"),
-    (("://",), re.compile(rf"://[^\s:/@]{{1,256}}:{_NOT_MARK}(?P<secret>[^\s@/]{{1,256}})@"),
+    (("://",), lazy(rf"://[^\s:/@]{{1,256}}:{_NOT_MARK}(?P<secret>[^\s@/]{{1,256}})@"),
      _secret_part),
-    (("hf_",), re.compile(r"(?<![A-Za-z0-9])hf_[A-Za-z0-9]{30,128}(?![A-Za-z0-9])"), _whole),
-    (("sk-",), re.compile(r"(?<![\w-])sk-[A-Za-z0-9_-]{32,256}"), _openai),
-    (("xox",), re.compile(r"(?<![\w-])xox[abposr]-[A-Za-z0-9-]{10,256}"), _whole),
-    (("xapp-",), re.compile(r"(?<![\w-])xapp-[A-Za-z0-9-]{10,256}"), _whole),
-    (("AKIA",), re.compile(r"(?<![A-Z0-9])AKIA[A-Z0-9]{16}(?![A-Z0-9])"), _whole),
-    (("ASIA",), re.compile(r"(?<![A-Z0-9])ASIA[A-Z0-9]{16}(?![A-Z0-9])"), _whole),
+    (("hf_",), lazy(r"(?<![A-Za-z0-9])hf_[A-Za-z0-9]{30,128}(?![A-Za-z0-9])"), _whole),
+    (("sk-",), lazy(r"(?<![\w-])sk-[A-Za-z0-9_-]{32,256}"), _openai),
+    (("xox",), lazy(r"(?<![\w-])xox[abposr]-[A-Za-z0-9-]{10,256}"), _whole),
+    (("xapp-",), lazy(r"(?<![\w-])xapp-[A-Za-z0-9-]{10,256}"), _whole),
+    (("AKIA",), lazy(r"(?<![A-Z0-9])AKIA[A-Z0-9]{16}(?![A-Z0-9])"), _whole),
+    (("ASIA",), lazy(r"(?<![A-Z0-9])ASIA[A-Z0-9]{16}(?![A-Z0-9])"), _whole),
     # --api-key X, --api-key=X, --hf-token X, --password X (not --max-num-batched-tokens)
-    (("--",), re.compile(
+    (("--",), lazy(
         rf"--[\w-]{{0,40}}(?:api[-_]?key|token|secret|password|passwd)(?![\w-])"
         rf"(?:\s{{1,8}}|=){_NOT_MARK}(?:{_VALUE})"), _keep_key),
     # Authorization headers and bearer tokens
-    (("earer",), re.compile(rf"(?:Bearer|bearer|BEARER)\s{{1,8}}{_NOT_MARK}"
+    (("earer",), lazy(rf"(?:Bearer|bearer|BEARER)\s{{1,8}}{_NOT_MARK}"
                          r"(?P<secret>[A-Za-z0-9._~+/=-]{8,4096})"), _secret_part),
-    (("uthorization",), re.compile(
+    (("uthorization",), lazy(
         rf"(?:Authorization|authorization|AUTHORIZATION)\s{{0,3}}[:=]\s{{0,3}}"
         rf"(?:Basic|Token|token)\s{{1,8}}{_NOT_MARK}(?P<secret>[A-Za-z0-9._~+/=-]{{8,4096}})"),
      _secret_part),
     # SOME_TOKEN=..., X_API_KEY=..., AWS_SECRET_ACCESS_KEY=..., DB_PASSWORD=...
-    (("_",), re.compile(
+    (("_",), lazy(
         rf"(?:_TOKEN|_KEY|_SECRET|PASSWORD|_PASSWD)[\"']?\s{{0,3}}(?:=|:\s)\s{{0,3}}{_NOT_MARK}"
         rf"(?:{_VALUE})"), _keep_key),
     # api_key='...', 'api_key': '...', hf_token=..., aws_secret_access_key = ..., password: ...
-    (("key", "KEY", "token", "secret", "password", "passwd"), re.compile(
+    (("key", "KEY", "token", "secret", "password", "passwd"), lazy(
         rf"(?<![\w-])(?:(?:[a-z0-9]{{1,20}}_)?(?:api_?key|apikey|access_token|auth_token|"
         rf"secret_access_key|secret_key|client_secret|secret|password|passwd)|hf_token|token)"
         rf"[\"']?\s{{0,3}}(?:=|:)\s{{0,3}}"

@@ -13,12 +13,13 @@ from dataclasses import dataclass
 
 from bot.evidence.base import FactSink, Line
 from bot.evidence.units import convert, put
+from bot.lazyre import LazyPattern, lazy
 
 
 @dataclass(frozen=True, slots=True)
 class Rule:
     keyword: str
-    pattern: re.Pattern[str]
+    pattern: LazyPattern
     # Lowest priority: only fills a fact nothing else has set (a hint, a guess from a path).
     default: bool = False
     # Keeps the largest value seen instead of the last (peaks such as KV cache usage).
@@ -29,7 +30,7 @@ class Rule:
 
 def rule(keyword: str, pattern: str, *, default: bool = False, peak: bool = False,
          weak: tuple[str, ...] = ()) -> Rule:
-    return Rule(keyword, re.compile(pattern), default, peak, frozenset(weak))
+    return Rule(keyword, lazy(pattern), default, peak, frozenset(weak))
 
 
 class Rules:

@@ -6,11 +6,11 @@ carry ANSI colours; Windows pastes carry CR. None of that may hide a signature.
 
 from __future__ import annotations
 
-import re
+from bot.lazyre import lazy
 
-_ANSI = re.compile(r"\x1b\[[0-9;?]{0,32}[ -/]{0,4}[@-~]|\x1b\][^\x07\x1b]{0,512}(?:\x07|\x1b\\)")
+_ANSI = lazy(r"\x1b\[[0-9;?]{0,32}[ -/]{0,4}[@-~]|\x1b\][^\x07\x1b]{0,512}(?:\x07|\x1b\\)")
 _ENTITIES = (("&lt;", "<"), ("&gt;", ">"), ("&amp;", "&"))
-_FENCE = re.compile(r"^\s{0,8}```[A-Za-z0-9_+-]{0,20}\s{0,8}|```\s{0,8}$")
+_FENCE = lazy(r"^\s{0,8}```[A-Za-z0-9_+-]{0,20}\s{0,8}|```\s{0,8}$")
 
 MAX_LINE_CHARS = 16 * 1024
 

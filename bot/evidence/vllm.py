@@ -7,12 +7,12 @@ token counts). Figures are stored as printed; nothing is recomputed here.
 
 from __future__ import annotations
 
-import re
 from typing import ClassVar
 
 from bot.evidence.base import FactSink, Line
 from bot.evidence.rules import Rules, rule
 from bot.evidence.units import NUM, num
+from bot.lazyre import lazy
 
 _GIB = r" ?(?:GiB|GB)"
 
@@ -124,13 +124,13 @@ _V0_MARKERS = ("Initializing an LLM engine", "/vllm/worker/", "[worker.py", "exe
                "# CPU blocks", "Loading model weights took")
 _FORCE_V0 = ("Falling back to V0", "VLLM_USE_V1=0")
 
-_VERSION = re.compile(
+_VERSION = lazy(
     r"(?:vLLM API server version |LLM engine \(v|vLLM [Vv]ersion:? {0,40}|vLLM: |vllm==|vllm-"
     r"|vllm-openai:v)(?P<v>\d{1,3}\.\d{1,3}[0-9a-z.]{0,30})")
 _VERSION_KEYS = ("vLLM API server version", "LLM engine (v", "vLLM version", "vLLM Version",
                  "vLLM: ", "vllm==", "vllm-")
-_MAJOR_MINOR = re.compile(r"(\d{1,3})\.(\d{1,3})")
-_CAPABILITY = re.compile(r"Current capability: (\d)(\d{1,2})\b")
+_MAJOR_MINOR = lazy(r"(\d{1,3})\.(\d{1,3})")
+_CAPABILITY = lazy(r"Current capability: (\d)(\d{1,2})\b")
 _STRONG_ENGINE_KEYS = ("vllm serve", "vllm.entrypoints", "LLM engine (v", "vllm/vllm-openai")
 _ENGINE_KEYS = ("vLLM", "vllm serve", "vllm.entrypoints", "VLLM::", "/vllm/", "vllm/vllm-openai")
 

@@ -16,12 +16,17 @@ import pickle
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from bot.kb.errors import KBError
+from bot.kb.safety import derive_anchor
 from bot.kb.schema import Cause, ExampleSet, KBMeta, Problem, template_fields
-from bot.kb.yamlio import Doc, KBError, load
+
+if TYPE_CHECKING:
+    from bot.kb.yamlio import Doc
 
 SHIPPED = Path(__file__).resolve().parent.parent.parent / "knowledge"
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2
 
 
 @dataclass
@@ -40,6 +45,9 @@ class KB:
     origins: dict[str, Origin] = field(default_factory=dict)  # "problem:ID" -> where defined
     example_docs: dict[str, str] = field(default_factory=dict)  # problem id -> examples file
     roots: list[str] = field(default_factory=list)
+    # The literal anchors of each signature id and each context pattern, derived by parsing the
+    # regexes: done once at load and cached with the KB, since it costs more than a diagnosis.
+    anchors: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def version(self) -> str:
@@ -106,6 +114,8 @@ def load_kb(extra: str | None = None, use_cache: bool = True) -> KB:
 
 
 def _load(roots: list[Path], digest: str) -> KB:
+    from bot.kb.yamlio import load  # only here: a cached start never parses YAML
+
     meta: KBMeta | None = None
     problems: dict[str, Problem] = {}
     causes: dict[str, Cause] = {}
@@ -178,9 +188,13 @@ def check_references(kb: KB) -> None:
                               f"duplicate signature id {sig.id!r} (also in {seen_sig[sig.id]})")
             seen_sig[sig.id] = p.id
             try:
-                sig.effective_anchors()
+                kb.anchors[sig.id] = sig.effective_anchors()
             except ValueError as exc:
                 raise KBError(where.path, where.line, str(exc)) from None
+            for pattern in [*sig.context.any, *sig.context.none] if sig.context else []:
+                anchor = derive_anchor(pattern)
+                assert anchor is not None  # Context validation guarantees one
+                kb.anchors[pattern] = (anchor,)
         for cid in p.causes:
             if cid not in kb.causes:
                 raise KBError(where.path, where.line, f"problem {p.id}: unknown cause {cid!r}")

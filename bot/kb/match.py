@@ -18,33 +18,18 @@ from ahocorasick_rs import AhoCorasick
 from bot.evidence.base import FactSink, Line
 from bot.kb.loader import KB
 from bot.kb.schema import Signature
+from bot.lazyre import LazyPattern
 from bot.schema import ProblemMatch
 
 KIND_RANK = {"error": 3, "warning": 2, "info": 1}
 MAX_EVIDENCE = 5
 
 
-class LazyRegex:
-    """A pattern compiled on first use. Most signatures never see a line with their anchor in
-    a given paste, and compiling all of them would cost more than the whole diagnosis."""
-
-    __slots__ = ("_compiled", "flags", "pattern")
-
-    def __init__(self, pattern: str, flags: int = 0) -> None:
-        self.pattern, self.flags = pattern, flags
-        self._compiled: re.Pattern[str] | None = None
-
-    def search(self, text: str) -> re.Match[str] | None:
-        if self._compiled is None:
-            self._compiled = re.compile(self.pattern, self.flags)
-        return self._compiled.search(text)
-
-
 @dataclass(frozen=True)
 class CompiledSignature:
     problem_id: str
     sig: Signature
-    regex: LazyRegex
+    regex: LazyPattern
     anchors: tuple[str, ...]
     ctx_any: tuple[int, ...]
     ctx_none: tuple[int, ...]
@@ -66,16 +51,12 @@ class CompiledKB:
     def __init__(self, kb: KB) -> None:
         self.kb = kb
         ctx_index: dict[str, int] = {}
-        ctx: list[tuple[LazyRegex, tuple[str, ...]]] = []
+        ctx: list[tuple[LazyPattern, tuple[str, ...]]] = []
 
         def ctx_id(pattern: str) -> int:
             if pattern not in ctx_index:
-                from bot.kb.safety import derive_anchor
-
-                anchor = derive_anchor(pattern)
-                assert anchor is not None  # guaranteed by Context validation
                 ctx_index[pattern] = len(ctx)
-                ctx.append((LazyRegex(pattern), (anchor,)))
+                ctx.append((LazyPattern(pattern), kb.anchors[pattern]))
             return ctx_index[pattern]
 
         sigs: list[CompiledSignature] = []
@@ -84,8 +65,8 @@ class CompiledKB:
                 flags = re.IGNORECASE if sig.ignore_case else 0
                 any_ids = tuple(ctx_id(p) for p in sig.context.any) if sig.context else ()
                 none_ids = tuple(ctx_id(p) for p in sig.context.none) if sig.context else ()
-                sigs.append(CompiledSignature(problem.id, sig, LazyRegex(sig.pattern, flags),
-                                              sig.effective_anchors(), any_ids, none_ids))
+                sigs.append(CompiledSignature(problem.id, sig, LazyPattern(sig.pattern, flags),
+                                              kb.anchors[sig.id], any_ids, none_ids))
         self.signatures = sigs
         self.contexts = ctx
         by_anchor: dict[str, list[int]] = {}

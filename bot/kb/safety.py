@@ -13,10 +13,9 @@ The anchor is the longest literal run every match must contain; the scanner look
 from __future__ import annotations
 
 import re
-from typing import Any
-
 import re._constants as _c  # type: ignore[import-not-found]  # re's own parser (3.11+)
 import re._parser as _p  # type: ignore[import-not-found]
+from typing import Any
 
 MAX_REPEAT = 512
 _REPEATS = {_c.MAX_REPEAT, _c.MIN_REPEAT, getattr(_c, "POSSESSIVE_REPEAT", None)} - {None}

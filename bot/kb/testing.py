@@ -11,9 +11,10 @@ from pathlib import Path
 
 from bot.evidence.base import FactSink
 from bot.evidence.scan import Scanner
+from bot.kb.errors import KBError
 from bot.kb.loader import KB
 from bot.kb.match import CompiledKB, Matcher
-from bot.kb.yamlio import KBError, load
+from bot.kb.yamlio import load
 
 
 @dataclass(frozen=True)

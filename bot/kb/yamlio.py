@@ -19,18 +19,10 @@ except ImportError:  # pragma: no cover
     from yaml import SafeLoader as _Loader  # type: ignore[assignment]
 
 
+from bot.kb.errors import KBError
+
 M = TypeVar("M")
-
-
-class KBError(Exception):
-    """One problem in one KB file, at one line. `str()` is the message users see."""
-
-    def __init__(self, path: Path | str, line: int | None, message: str) -> None:
-        self.path = str(path)
-        self.line = line
-        self.message = message
-        where = f"{self.path}:{line}" if line else self.path
-        super().__init__(f"{where}: {message}")
+__all__ = ["Doc", "KBError", "load"]
 
 
 class Doc:

@@ -11,7 +11,6 @@ held in stdlib dataclasses so that importing this module costs `inferbot diagnos
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import json
 import os
@@ -24,7 +23,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from bot.kb.loader import SHIPPED
-from bot.kb.yamlio import load
+from bot.lazyre import lazy
 
 _FORBID: dict[str, Any] = {"extra": "forbid"}
 
@@ -138,14 +137,21 @@ class ResolvedModel:
 
 # Suffixes that name a quantised checkpoint of the same architecture. The KV geometry is the
 # base model's; only the weights shrink (vllm-memory.md 2.1).
-_QUANT_SUFFIX = re.compile(
+_QUANT_SUFFIX = lazy(
     r"[-_.](awq|gptq|fp8|fp8[-_]dynamic|int4|int8|w4a16|w8a8|w8a16|nvfp4|mxfp4|bnb[-_]4bit|"
     r"4bit|8bit|gguf|exl2)(?:[-_.].*)?$",
     re.IGNORECASE,
 )
 _QUANT_CANON = {"4bit": "bnb-4bit", "bnb_4bit": "bnb-4bit", "8bit": "int8", "fp8_dynamic": "fp8",
                 "fp8-dynamic": "fp8", "w8a8": "fp8", "int4": "gptq", "w4a16": "gptq"}
-_VARIANT = re.compile(r"(instruct|chat|it|hf|base)$")
+_VARIANT = lazy(r"(instruct|chat|it|hf|base)$")
+
+
+def _close_matches(key: str, options: list[str], cutoff: float) -> list[str]:
+    """Suggestions for an unknown name (difflib is imported only when one is needed)."""
+    import difflib
+
+    return difflib.get_close_matches(key, options, n=4, cutoff=cutoff)
 
 
 def _key(text: str) -> str:
@@ -183,6 +189,8 @@ def _catalog(root: Path) -> tuple[dict[str, ModelSpec], dict[str, GpuSpec]]:
     except Exception:  # absent, stale or torn: only a slower start
         pass
     model_table: dict[str, ModelSpec] = {}
+    from bot.kb.yamlio import load  # only on a cache miss
+
     for path in files[:-1]:
         spec = load(path).validate(ModelSpec)
         model_table[spec.id] = spec
@@ -250,7 +258,7 @@ def resolve_model(name_or_path: str | dict[str, Any], root: Path = SHIPPED,
         if k in index:
             return ResolvedModel(spec=models(root)[index[k]], origin="catalog",
                                  quantization=quant, query=query)
-    close = difflib.get_close_matches(_model_keys(base)[0], list(index), n=4, cutoff=0.6)
+    close = _close_matches(_model_keys(base)[0], list(index), 0.6)
     ids = list(dict.fromkeys(index[c] for c in close))
     hint = f"; close: {', '.join(ids)}" if ids else ""
     raise UnknownName(f"unknown model {query!r} (pass a config.json instead){hint}")
@@ -385,7 +393,7 @@ def _estimate_params(cfg: dict[str, Any], spec: ModelSpec) -> float | None:
     return float(spec.num_hidden_layers * (attn + mlp) + vocab * h * (1 if tied else 2))
 
 
-_GPU_NOISE = re.compile(r"\b(nvidia|geforce|tesla|amd|instinct|radeon)\b", re.IGNORECASE)
+_GPU_NOISE = lazy(r"\b(nvidia|geforce|tesla|amd|instinct|radeon)\b", re.IGNORECASE)
 
 
 @cache
@@ -411,7 +419,7 @@ def resolve_gpu(name: str, root: Path = SHIPPED) -> GpuSpec:
     contained = [k for k in index if k and k in key]
     if key and contained:
         return table[index[max(contained, key=len)]]
-    close = difflib.get_close_matches(key, list(index), n=4, cutoff=0.5)
+    close = _close_matches(key, list(index), 0.5)
     names = list(dict.fromkeys(table[index[c]].name for c in close))
     hint = f"; close: {', '.join(names)}" if names else f"; known: {', '.join(sorted(table))}"
     raise UnknownName(f"unknown GPU {name!r}{hint}")

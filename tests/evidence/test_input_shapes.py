@@ -3,7 +3,6 @@ and the rule that every pattern runs in linear time."""
 
 from __future__ import annotations
 
-import re
 import time
 from types import ModuleType
 
@@ -24,6 +23,7 @@ from bot.evidence import (
 )
 from bot.evidence.rules import Rules
 from bot.kb.safety import check_linear
+from bot.lazyre import LazyPattern
 
 V1_ERROR = ("ValueError: To serve at least one request with the model's max seq len (262144), "
             "(24.0 GiB KV cache is needed, which is larger than the available KV cache memory "
@@ -93,16 +93,17 @@ def _patterns() -> list[tuple[str, str]]:
     out = []
     for module in [*MODULES, redact_module]:
         for name, value in vars(module).items():
-            if isinstance(value, re.Pattern):
+            if isinstance(value, LazyPattern):
                 out.append((f"{module.__name__}.{name}", value.pattern))
             elif isinstance(value, tuple | Rules):
                 for item in value:
                     pattern = getattr(item, "pattern", None)
-                    if isinstance(pattern, re.Pattern):
+                    if isinstance(pattern, LazyPattern):
                         out.append((f"{module.__name__}.{name}", pattern.pattern))
-                    elif isinstance(item, tuple) and any(isinstance(i, re.Pattern) for i in item):
+                    elif isinstance(item, tuple) and any(isinstance(i, LazyPattern)
+                                                         for i in item):
                         out += [(f"{module.__name__}.{name}", i.pattern) for i in item
-                                if isinstance(i, re.Pattern)]
+                                if isinstance(i, LazyPattern)]
     return out
 
 

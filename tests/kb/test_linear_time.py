@@ -36,11 +36,12 @@ def adversarial(anchor: str, size: int) -> list[str]:
 
 
 def _best_time(rx: re.Pattern[str], text: str) -> float:
+    """CPU time of this process (other processes on a shared machine do not count), best of 3."""
     best = float("inf")
-    for _ in range(2):
-        t0 = time.perf_counter()
+    for _ in range(3):
+        t0 = time.process_time()
         rx.search(text)
-        best = min(best, time.perf_counter() - t0)
+        best = min(best, time.process_time() - t0)
     return best
 
 
@@ -52,6 +53,6 @@ def test_every_pattern_is_linear_on_1mb_adversarial_input() -> None:
                               strict=True):
             t_small, t_big = _best_time(rx, small), _best_time(rx, big)
             # linear is ~4x; allow generous noise on a shared two-core machine
-            if t_big > 10 * t_small + 0.02 or t_big > 1.0:
+            if t_big > 10 * t_small + 0.05 or t_big > 1.0:
                 offenders.append((name, round(t_small, 4), round(t_big, 4)))
     assert not offenders, offenders
