@@ -8,7 +8,6 @@ Every adapter (CLI, Slack, collector) calls `diagnose` and renders or stores wha
 from __future__ import annotations
 
 import dataclasses
-from functools import lru_cache
 from typing import BinaryIO
 
 from bot.evidence import EXTRACTORS
@@ -34,13 +33,17 @@ MAX_EXCERPT_LINES = 40
 MAX_EXCERPT_CHARS = 8000
 
 
-@lru_cache(maxsize=4)
-def _compiled(kb_hash: str, kb: KB) -> CompiledKB:
-    return CompiledKB(kb)
+_COMPILED: dict[str, CompiledKB] = {}
 
 
 def compiled_kb(kb: KB) -> CompiledKB:
-    return _compiled(kb.content_hash, kb)
+    """Compiled patterns, once per KB content: a long-running bot diagnoses many pastes."""
+    compiled = _COMPILED.get(kb.content_hash)
+    if compiled is None:
+        if len(_COMPILED) > 4:
+            _COMPILED.clear()
+        compiled = _COMPILED[kb.content_hash] = CompiledKB(kb)
+    return compiled
 
 
 def diagnose(evidence: Evidence, kb: KB, stream: BinaryIO | None = None) -> Diagnosis:
