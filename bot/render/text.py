@@ -22,12 +22,17 @@ def numbers(d: Diagnosis) -> list[str]:
     f: Facts = d.facts
     s: Sizing | None = d.sizing
     out: list[str] = []
-    if f.gpu_name or f.gpu_total_gib is not None:
-        gpu = f.gpu_name or "GPU"
-        count = f" x{f.gpu_count}" if f.gpu_count and f.gpu_count > 1 else ""
-        out.append(f"GPU: {gpu}{count}, {_gib(f.gpu_total_gib)} total"
-                   + (f", {_gib(f.free_memory_gib)} free at start" if f.free_memory_gib
-                      is not None else ""))
+    total = f.gpu_total_gib if f.gpu_total_gib is not None else (
+        s.extra.get("gpu_total_gib") if s else None)
+    if f.gpu_name or total is not None:
+        parts = [f.gpu_name] if f.gpu_name else []
+        if f.gpu_count and f.gpu_count > 1:
+            parts.append(f"x{f.gpu_count}")
+        if total is not None:
+            parts.append(f"{_gib(total)} total")
+        if f.free_memory_gib is not None:
+            parts.append(f"{_gib(f.free_memory_gib)} free at start")
+        out.append("GPU: " + ", ".join(parts).replace(", x", " x", 1))
     budget = f.budget_gib if f.budget_gib is not None else (s.budget_gib if s else None)
     if budget is not None:
         util = f.gpu_memory_utilization
@@ -138,7 +143,7 @@ def render(d: Diagnosis) -> str:
                 lines.append("     (example value: the evidence does not show the numbers)")
     if d.withheld_fixes:
         lines.append("")
-        lines.append("Not proposed, because they cannot work here:")
+        lines.append("Not proposed here:")
         for w in d.withheld_fixes:
             lines.append(f"  - {w.title}: {w.reason}")
     if d.guide and d.guide.confirm:

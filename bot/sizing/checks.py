@@ -442,6 +442,23 @@ def _no_spare(f: Facts, s: Sizing | None) -> str | None:
     return None
 
 
+@condition("gpu_count_unknown")
+def _count_unknown(f: Facts, s: Sizing | None) -> str | None:
+    if _gpu_count(f) is None:
+        return ("the evidence does not show how many GPUs this host has (`nvidia-smi -L` "
+                "lists them); see the next-larger host instead")
+    return None
+
+
+@condition("host_has_enough_gpus")
+def _enough_gpus(f: Facts, s: Sizing | None) -> str | None:
+    count = _gpu_count(f)
+    want = _extra(s, "suggested_tensor_parallel_size")
+    if count is not None and isinstance(want, int) and count >= want:
+        return f"not needed: this host already has {count} GPUs"
+    return None
+
+
 @condition("kv_cache_already_fp8")
 def _already_fp8(f: Facts, s: Sizing | None) -> str | None:
     kv = f.kv_cache_dtype or ""

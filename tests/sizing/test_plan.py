@@ -204,3 +204,24 @@ def test_largest_gpu_bound_covers_the_catalog() -> None:
     from bot.sizing.checks import LARGEST_GPU_GIB
 
     assert max(g.memory_mib for g in gpus().values()) / 1024 <= LARGEST_GPU_GIB
+
+
+def test_tp_fix_names_this_host_only_when_it_shows_the_gpus() -> None:
+    """A 70B model on one A100: 'shard over the GPUs already in the host' is offered only when
+    the host shows them; otherwise the next-larger host is, and the reason is said."""
+    from bot.kb.loader import load_kb
+
+    shipped = load_kb(use_cache=False)
+    oom = [ProblemMatch(id="oom-loading-weights", title="OOM", confidence=0.9)]
+    base = dict(engine="vllm", model="meta-llama/Llama-3.1-70B-Instruct",
+                gpu_name="NVIDIA A100-SXM4-80GB", gpu_total_gib=79.15, max_model_len=8192)
+    def tp_fixes(p: Plan) -> list[Fix]:
+        return [f for f in p.fixes if "--tensor-parallel-size" in f.flags]
+
+    unknown = plan(shipped, oom, Facts(**base))
+    assert [f.id for f in tp_fixes(unknown)] == ["add-gpus-tensor-parallel"]
+    assert "on a host with at least" in tp_fixes(unknown)[0].command
+    four = plan(shipped, oom, Facts(**base, gpu_count=4))
+    assert len(tp_fixes(four)) == 1 and "on a host with" not in tp_fixes(four)[0].command
+    assert tp_fixes(four)[0].flags["--tensor-parallel-size"] in (2, 4)
+    assert "this host already has 4 GPUs" in {w.reason for w in four.withheld}.pop()
