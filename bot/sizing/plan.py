@@ -173,6 +173,11 @@ def template_values(facts: Facts, sizing: Sizing | None,
         block = sizing.block_size or 16
         if bpt:
             values["kv_needed_at_fit_gib"] = math.ceil(fit / block) * block * bpt / GIB
+    fp8_fit = values.get("fp8_max_model_len")
+    if fp8_fit:
+        # keep the context the user asked for when fp8 makes it fit; never ask for more
+        asked = facts.max_model_len
+        values["fp8_target_max_model_len"] = min(asked, fp8_fit) if asked else fp8_fit
     values.update(_utilization_values(facts, sizing))
     return values
 
