@@ -65,10 +65,11 @@ _RULES: tuple[tuple[tuple[str, ...], LazyPattern, Callable[[re.Match[str]], str]
     (("xapp-",), lazy(r"(?<![\w-])xapp-[A-Za-z0-9-]{10,256}"), _whole),
     (("AKIA",), lazy(r"(?<![A-Z0-9])AKIA[A-Z0-9]{16}(?![A-Z0-9])"), _whole),
     (("ASIA",), lazy(r"(?<![A-Z0-9])ASIA[A-Z0-9]{16}(?![A-Z0-9])"), _whole),
-    # --api-key X, --api-key=X, --hf-token X, --password X (not --max-num-batched-tokens)
+    # --api-key X, --api-key=X, --hf-token X, --password X (not --max-num-batched-tokens), and
+    # the argv-list form docker inspect prints: "--api-key", "X"
     (("--",), lazy(
         rf"--[\w-]{{0,40}}(?:api[-_]?key|token|secret|password|passwd)(?![\w-])"
-        rf"(?:\s{{1,8}}|=){_NOT_MARK}(?:{_VALUE})"), _keep_key),
+        rf"(?:\s{{1,8}}|=|[\"']\s{{0,3}},\s{{0,3}}){_NOT_MARK}(?:{_VALUE})"), _keep_key),
     # Authorization headers and bearer tokens
     (("earer",), lazy(rf"(?:Bearer|bearer|BEARER)\s{{1,8}}{_NOT_MARK}"
                          r"(?P<secret>[A-Za-z0-9._~+/=-]{8,4096})"), _secret_part),

@@ -36,8 +36,8 @@ def numbers(d: Diagnosis) -> list[str]:
     budget = f.budget_gib if f.budget_gib is not None else (s.budget_gib if s else None)
     if budget is not None:
         util = f.gpu_memory_utilization
-        parts = f"{_gib(f.gpu_total_gib)} x {util} = " if f.gpu_total_gib and util else ""
-        out.append(f"Budget (gpu_memory_utilization): {parts}{_gib(budget)}")
+        product = f"{_gib(f.gpu_total_gib)} x {util} = " if f.gpu_total_gib and util else ""
+        out.append(f"Budget (gpu_memory_utilization): {product}{_gib(budget)}")
     elif f.requested_memory_gib is not None:
         out.append(f"Requested at start-up: {f.gpu_memory_utilization} x "
                    f"{_gib(f.gpu_total_gib)} = {_gib(f.requested_memory_gib)}")

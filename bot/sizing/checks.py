@@ -39,7 +39,7 @@ PLANNED_VALUES: dict[str, str] = {
     "suggested_max_num_batched_tokens": "a smaller --max-num-batched-tokens for the profile run",
     "suggested_max_num_seqs": "a smaller --max-num-seqs for sampler warm-up / CUDA graphs",
     "fp8_max_model_len": "largest --max-model-len that fits with --kv-cache-dtype fp8",
-    "fp8_target_max_model_len": "the length asked for if it fits with fp8 KV, else fp8_max_model_len",
+    "fp8_target_max_model_len": "the asked length if it fits with fp8 KV, else fp8_max_model_len",
     "quantized_weights_gib": "weights after 4-bit quantization (AWQ/GPTQ)",
     "kv_bytes_per_token_h": "KV bytes per token, human readable (e.g. '128 KiB')",
     "kv_needed_at_fit_gib": "KV needed for one request at fit_max_model_len",

@@ -233,7 +233,8 @@ def _utilization_values(facts: Facts, s: Sizing) -> dict[str, Any]:
         "free_memory_gib")
     if free is not None and total:
         fitting = math.floor(free / total * 100) / 100 - 0.01
-        if fitting > 0:
+        # only a reduction: if the free memory already covers the request, nothing to fit
+        if fitting > 0 and (cur is None or fitting < cur):
             out["utilization_fitting_free_memory"] = round(fitting, 2)
     return out
 

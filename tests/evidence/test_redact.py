@@ -103,3 +103,11 @@ def test_large_text_is_fast() -> None:
     out = redact(text)
     assert time.perf_counter() - start < 5
     assert HF not in out and out.count("[REDACTED]") == 1
+
+
+def test_argv_list_form_as_docker_inspect_prints_it() -> None:
+    argv = '"Args": ["--model", "m", "--api-key", "plainsecret99", "--max-num-batched-tokens", "8192"]'
+    out = redact(argv)
+    assert "plainsecret99" not in out
+    assert '"--max-num-batched-tokens", "8192"' in out
+    assert redact(out) == out
