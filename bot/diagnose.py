@@ -14,7 +14,7 @@ from bot.evidence import EXTRACTORS
 from bot.evidence.base import FactSink
 from bot.evidence.redact import redact
 from bot.evidence.scan import Scanner
-from bot.fingerprint import fingerprint
+from bot.fingerprint import fingerprint, signature_line
 from bot.kb.loader import KB
 from bot.kb.match import CompiledKB, Matcher
 from bot.schema import (
@@ -59,8 +59,8 @@ def diagnose(evidence: Evidence, kb: KB, stream: BinaryIO | None = None) -> Diag
     result = plan(kb, problems, facts, evidence.model_config_json, matcher.signatures_seen)
 
     top = problems[0] if problems else None
-    signature_line = top.evidence[-1] if top and top.evidence else ""
-    digest, _ = fingerprint(top.id if top else None, signature_line, evidence.host, facts.model)
+    digest, _ = fingerprint(top.id if top else None, signature_line(top.evidence if top else []),
+                            evidence.host, facts.model)
     return Diagnosis(
         kb_version=kb.version,
         kb_hash=kb.content_hash,

@@ -15,15 +15,14 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Sequence
 
 from bot.lazyre import lazy
 
 # Enough to carry any real error line; the rest is noise for grouping and bounds regex time.
 MAX_SIGNATURE_CHARS = 1000
 
-_UUID = lazy(
-    r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b"
-)
+_UUID = lazy(r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b")
 _TIMESTAMPS = (
     # ISO 8601 / RFC 3339 date-times and plain dates: 2026-11-30T06:03:16.123+00:00
     lazy(
@@ -91,3 +90,10 @@ def fingerprint(
     }
     payload = "\x1f".join(parts[k] for k in ("problem", "signature", "host", "model"))
     return hashlib.sha256(payload.encode("utf-8")).hexdigest()[:32], parts
+
+
+def signature_line(evidence: Sequence[str]) -> str:
+    """The line an incident's fingerprint is taken from: the top problem's latest evidence line,
+    where the process failed. The core and the store both ask here, so a group's stored
+    explanation is exactly what its key was computed from."""
+    return evidence[-1] if evidence else ""

@@ -1,0 +1,755 @@
+"""The incident repository: the only code that reads and writes incidents.
+
+Every adapter (CLI, Slack, collector) goes through these functions, so grouping, spooling and
+idempotency behave the same whoever records. Each public function opens the database for the
+given Settings (created and migrated on first use), first writes any spooled entries, then does
+its work in one short transaction.
+
+Concurrency: the group row is written with one `INSERT ... ON CONFLICT (fingerprint) DO UPDATE
+... RETURNING` (SQLite >= 3.35 and PostgreSQL alike), so two writers of the same incident
+never create two groups and the count is exact; the event insert is in the same transaction,
+so a failed event never leaves a counted-but-missing occurrence.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import re
+import time
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+from sqlalchemy import (
+    ColumnElement,
+    Row,
+    and_,
+    case,
+    column,
+    func,
+    insert,
+    select,
+    table,
+    text,
+    update,
+)
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import IntegrityError, OperationalError, SQLAlchemyError
+
+from bot.config import Settings, get_settings
+from bot.fingerprint import fingerprint, signature_line
+from bot.schema import Diagnosis, Source, to_data
+from bot.store import spool
+from bot.store.db import (
+    SchemaTooNew,
+    StoreUnavailable,
+    connectivity,
+    ensure_schema,
+    get_engine,
+    migrate,
+    write_engine,
+)
+from bot.store.tables import (
+    EXCERPT_MAX_CHARS,
+    FTS_TABLE,
+    CommandAudit,
+    Feedback,
+    IncidentEvent,
+    IncidentGroup,
+)
+from bot.store.views import GroupInfo, HistoryRow, RecordResult, parse_ref, parse_since
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+HISTORY_LIMIT = 50
+_LOCK_RETRIES = 8
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _settings(settings: Settings | None) -> Settings:
+    return settings if settings is not None else get_settings()
+
+
+# --------------------------------------------------------------------------- opening
+
+
+def open_store(settings: Settings | None = None) -> Engine:
+    """The engine for `settings`, schema at HEAD, spool drained. Raises StoreUnavailable."""
+    s = _settings(settings)
+    with connectivity():
+        engine = get_engine(s.database_url)
+    ensure_schema(engine)
+    drain(engine, s)
+    return engine
+
+
+def upgrade(settings: Settings | None = None) -> str | None:
+    """`inferbot db upgrade`: migrate to HEAD now (first use does this too); the new revision."""
+    s = _settings(settings)
+    with connectivity():
+        engine = get_engine(s.database_url)
+        rev = migrate(engine, "head")
+    ensure_schema(engine)
+    drain(engine, s)
+    return rev
+
+
+def _retry_locked(fn: Callable[[], T]) -> T:
+    """Run `fn`, retrying when SQLite's write lock stays busy past the busy timeout.
+
+    The busy timeout already queues writers; this is the belt to those braces for the rare
+    SQLITE_BUSY that SQLite returns without waiting (e.g. a checkpoint racing a writer).
+    """
+    for attempt in range(_LOCK_RETRIES):
+        try:
+            return fn()
+        except OperationalError as exc:
+            msg = str(exc.orig).lower()
+            if attempt + 1 == _LOCK_RETRIES or ("locked" not in msg and "busy" not in msg):
+                raise
+            time.sleep(min(2.0, 0.05 * 2**attempt) * (0.5 + random.random()))
+    raise AssertionError("unreachable")
+
+
+# --------------------------------------------------------------------------- recording
+
+
+def _cap(text_: str | None, limit: int = EXCERPT_MAX_CHARS) -> str:
+    text_ = text_ or ""
+    return text_ if len(text_) <= limit else text_[: limit - 1] + "…"
+
+
+def build_entry(
+    diagnosis: Diagnosis,
+    *,
+    source: Source | str,
+    host: str | None,
+    user: str | None,
+    channel: str | None,
+    thread: str | None,
+    excerpt: str,
+    created_at: datetime | None = None,
+) -> dict[str, Any]:
+    """The rows to write, as plain JSON data: what is spooled and what is inserted.
+
+    Built once, before the database is touched, so a spooled event is byte-for-byte the event
+    that would have been written, and its idempotency key is fixed from the start.
+    """
+    top = diagnosis.top
+    facts = diagnosis.facts
+    created = (created_at or _now()).astimezone(UTC).isoformat()
+    excerpt = _cap(excerpt or diagnosis.excerpt)
+    digest, parts = fingerprint(
+        top.id if top else None, signature_line(top.evidence if top else []),
+        diagnosis.host or host, facts.model
+    )
+    key = diagnosis.fingerprint or digest
+    labels = " ".join(
+        [f"{p.id} {p.title}" for p in diagnosis.problems]
+        + [f"{c.id} {c.title}" for c in diagnosis.causes]
+    )
+    uid = str(uuid.uuid4())
+    event = {
+        "event_uid": uid,
+        "created_at": created,
+        "source": str(source),
+        "channel": channel,
+        "thread": thread,
+        "user_name": user,
+        "host": parts["host"],
+        "model": facts.model,
+        "engine": facts.engine,
+        "engine_version": facts.engine_version,
+        "problem_id": parts["problem"],
+        "fingerprint": key,
+        "kb_version": diagnosis.kb_version,
+        "problems": [to_data(p) for p in diagnosis.problems],
+        "causes": [to_data(c) for c in diagnosis.causes],
+        "facts": facts.known(),
+        "fixes": [to_data(f) for f in diagnosis.fixes],
+        "excerpt": excerpt,
+        "labels": labels,
+        "diagnosis": to_data(diagnosis),
+    }
+    group = {
+        "fingerprint": key,
+        "problem_id": parts["problem"],
+        "signature": parts["signature"],
+        "host": parts["host"],
+        "model": parts["model"],
+        "engine": facts.engine,
+        "engine_version": facts.engine_version,
+        "kb_version": diagnosis.kb_version,
+    }
+    return {"kind": "event", "uid": uid, "created_at": created, "event": event, "group": group}
+
+
+def record(
+    diagnosis: Diagnosis,
+    *,
+    source: Source | str,
+    host: str | None = None,
+    user: str | None = None,
+    channel: str | None = None,
+    thread: str | None = None,
+    excerpt: str = "",
+    settings: Settings | None = None,
+    created_at: datetime | None = None,
+) -> RecordResult:
+    """Store one diagnosis as an event of its incident group; never loses it.
+
+    If the database is unreachable (or its schema is newer than this inferbot), the event is
+    spooled and the result says so (`spooled=True`, `warning` is the one line to print); the
+    next successful connection writes it. Other errors (bugs) propagate.
+    """
+    s = _settings(settings)
+    entry = build_entry(
+        diagnosis,
+        source=source,
+        host=host,
+        user=user,
+        channel=channel,
+        thread=thread,
+        excerpt=excerpt,
+        created_at=created_at,
+    )
+    try:
+        with connectivity():
+            engine = get_engine(s.database_url)
+            ensure_schema(engine)
+        drained = drain(engine, s)
+        with connectivity():
+            result = _write_event(engine, entry)
+        return result.model_copy(update={"drained": drained})
+    except (StoreUnavailable, SchemaTooNew) as exc:
+        path = spool.write(s.spool_dir, entry)
+        return RecordResult(
+            spooled=True,
+            spool_path=str(path),
+            fingerprint=entry["group"]["fingerprint"],
+            warning=f"incident not stored yet: database unavailable ({exc}); "
+            f"spooled to {path}, it is written on the next successful connection",
+        )
+
+
+def _upsert_group(conn: Connection, group: dict[str, Any], seen: datetime) -> Row[Any]:
+    G = IncidentGroup
+    latest: Any
+    earliest: Any
+    if conn.dialect.name == "postgresql":
+        stmt: Any = postgresql.insert(G)
+        latest, earliest = func.greatest, func.least
+    else:
+        stmt = sqlite.insert(G)
+        latest, earliest = func.max, func.min  # SQLite's scalar (two-argument) forms
+    stmt = stmt.values(**group, first_seen=seen, last_seen=seen, count=1, status="open")
+    new = stmt.excluded
+    stmt = stmt.on_conflict_do_update(
+        index_elements=[G.fingerprint],
+        set_={
+            "count": G.count + 1,
+            "first_seen": earliest(G.first_seen, new.first_seen),
+            "last_seen": latest(G.last_seen, new.last_seen),
+            # A recurrence after the fix reopens the incident; a late (spooled) event from
+            # before the fix does not. The resolution stays: "last fixed by" is still true.
+            "status": case(
+                (and_(G.status == "resolved", G.resolved_at < new.last_seen), "open"),
+                else_=G.status,
+            ),
+            "engine": func.coalesce(new.engine, G.engine),
+            "engine_version": func.coalesce(new.engine_version, G.engine_version),
+            "kb_version": func.coalesce(new.kb_version, G.kb_version),
+        },
+    ).returning(*_GROUP_COLUMNS)
+    row: Row[Any] = conn.execute(stmt).one()
+    return row
+
+
+_GROUP_COLUMNS = (
+    IncidentGroup.id,
+    IncidentGroup.count,
+    IncidentGroup.first_seen,
+    IncidentGroup.last_seen,
+    IncidentGroup.status,
+    IncidentGroup.resolution_fix,
+    IncidentGroup.resolved_by,
+    IncidentGroup.resolved_at,
+    IncidentGroup.resolution_note,
+)
+
+
+def _result(event_id: int, fp: str, g: Any, *, already: bool = False) -> RecordResult:
+    return RecordResult(
+        incident_id=event_id,
+        group_id=g.id,
+        fingerprint=fp,
+        count=g.count,
+        first_seen=g.first_seen,
+        last_seen=g.last_seen,
+        status=g.status,
+        last_fix=g.resolution_fix,
+        last_fixed_by=g.resolved_by,
+        last_fixed_at=g.resolved_at,
+        last_fix_note=g.resolution_note,
+        already_recorded=already,
+    )
+
+
+def _existing_event(conn: Connection, uid: str) -> RecordResult | None:
+    E, G = IncidentEvent, IncidentGroup
+    row = conn.execute(
+        select(E.id, E.fingerprint, *_GROUP_COLUMNS)
+        .join(G, G.id == E.group_id)
+        .where(E.event_uid == uid)
+    ).first()
+    if row is None:
+        return None
+    return _result(row[0], row[1], row, already=True)
+
+
+def _write_event(engine: Engine, entry: dict[str, Any]) -> RecordResult:
+    event = dict(entry["event"])
+    event["created_at"] = datetime.fromisoformat(event["created_at"])
+    uid = event["event_uid"]
+
+    def attempt() -> RecordResult:
+        with write_engine(engine).begin() as conn:
+            found = _existing_event(conn, uid)
+            if found is not None:  # written before a crash, or by a racing drain
+                return found
+            g = _upsert_group(conn, entry["group"], event["created_at"])
+            event_id = conn.execute(
+                insert(IncidentEvent)
+                .values(**event, group_id=g.id, recorded_at=_now())
+                .returning(IncidentEvent.id)
+            ).scalar_one()
+            return _result(event_id, event["fingerprint"], g)
+
+    try:
+        return _retry_locked(attempt)
+    except IntegrityError:
+        # A racing writer inserted the same event_uid first (its transaction won; ours, with
+        # its group increment, rolled back). The event exists exactly once: report it.
+        with engine.connect() as conn:
+            found = _existing_event(conn, uid)
+        if found is None:
+            raise
+        return found
+
+
+# --------------------------------------------------------------------------- command audit
+
+
+def record_command(
+    *,
+    host: str,
+    command_id: str,
+    duration_s: float,
+    exit_code: int | None,
+    bytes_out: int,
+    error: str | None = None,
+    run_id: str | None = None,
+    who: str | None = None,
+    created_at: datetime | None = None,
+    settings: Settings | None = None,
+) -> int | None:
+    """Audit one remote command (exit_code None = killed / timed out). Returns the row id, or
+    None when the database was unreachable and the row was spooled."""
+    s = _settings(settings)
+    created = (created_at or _now()).astimezone(UTC).isoformat()
+    uid = str(uuid.uuid4())
+    entry = {
+        "kind": "command",
+        "uid": uid,
+        "created_at": created,
+        "command": {
+            "audit_uid": uid,
+            "created_at": created,
+            "host": host,
+            "command_id": command_id,
+            "duration_s": float(duration_s),
+            "exit_code": exit_code,
+            "bytes_out": int(bytes_out),
+            "error": _cap(error, 4000) if error else None,
+            "run_id": run_id,
+            "who": who,
+        },
+    }
+    try:
+        engine = open_store(s)
+        with connectivity():
+            return _write_command(engine, entry)
+    except (StoreUnavailable, SchemaTooNew) as exc:
+        path = spool.write(s.spool_dir, entry)
+        log.warning("command audit spooled to %s: %s", path, exc)
+        return None
+
+
+def _write_command(engine: Engine, entry: dict[str, Any]) -> int:
+    row = dict(entry["command"])
+    row["created_at"] = datetime.fromisoformat(row["created_at"])
+    A = CommandAudit
+
+    def attempt() -> int:
+        with write_engine(engine).begin() as conn:
+            found = conn.execute(select(A.id).where(A.audit_uid == row["audit_uid"])).scalar()
+            if found is not None:
+                return int(found)
+            return int(conn.execute(insert(A).values(**row).returning(A.id)).scalar_one())
+
+    try:
+        return _retry_locked(attempt)
+    except IntegrityError:
+        with engine.connect() as conn:
+            found = conn.execute(select(A.id).where(A.audit_uid == row["audit_uid"])).scalar()
+        if found is None:
+            raise
+        return int(found)
+
+
+# --------------------------------------------------------------------------- the spool
+
+
+def drain(engine: Engine, settings: Settings | None = None) -> int:
+    """Write every spooled entry, oldest first; returns how many were written (or found
+    already written). Stops with StoreUnavailable if the database goes away mid-way; the rest
+    stay spooled. An entry the database rejects for another reason is moved to `bad/`."""
+    s = _settings(settings)
+    paths = spool.pending(s.spool_dir)
+    if not paths:
+        return 0
+    done = 0
+    with spool.drain_lock(s.spool_dir) as mine:
+        if not mine:
+            return 0  # another process is draining these very files
+        for path in spool.pending(s.spool_dir):
+            try:
+                entry = spool.read(path)
+            except FileNotFoundError:
+                continue
+            except ValueError as exc:  # includes JSONDecodeError
+                log.warning("unreadable spool entry %s moved aside: %s", path, exc)
+                spool.quarantine(path)
+                continue
+            try:
+                with connectivity():
+                    if entry["kind"] == "event":
+                        _write_event(engine, entry)
+                    elif entry["kind"] == "command":
+                        _write_command(engine, entry)
+                    else:
+                        raise ValueError(f"unknown spool entry kind {entry['kind']!r}")
+            except (SQLAlchemyError, ValueError, KeyError, TypeError) as exc:
+                log.warning("spool entry %s rejected, moved aside: %s", path, exc)
+                spool.quarantine(path)
+                continue
+            path.unlink(missing_ok=True)
+            done += 1
+    return done
+
+
+# --------------------------------------------------------------------------- history
+
+
+def search_terms(search: str) -> list[list[str]]:
+    """User text -> words -> tokens, tokenized as both text indexes tokenize (runs of letters
+    and digits). Every word must appear; a word of several tokens (`max-model-len`, `7.5`)
+    must appear as that phrase. Nothing the user types is ever query syntax."""
+    words = (re.findall(r"[^\W_]+", w.lower()) for w in search.split())
+    return [w for w in words if w]
+
+
+def _fts5_query(terms: list[list[str]]) -> str:
+    return " ".join('"' + " ".join(tokens) + '"' for tokens in terms)
+
+
+def _pg_tsquery(terms: list[list[str]]) -> str:
+    return " & ".join("(" + " <-> ".join(f"'{t}'" for t in tokens) + ")" for tokens in terms)
+
+
+# PostgreSQL search, first pass: the newest rows scanned in id order, stopping at `limit`
+# matches. Bounded work however common or rare the words are.
+PG_SEARCH_RECENT_ROWS = 5_000
+
+
+def _pg_search_ids(
+    conn: Connection, where: list[ColumnElement[bool]], tsquery: str, limit: int, join: bool
+) -> list[int]:
+    """Ids of matching events, newest first, in bounded time on millions of rows.
+
+    A GIN index cannot return rows in order, so "the newest 50 matches" is either a walk down
+    the primary key checking each row (fast when matches are common, a full scan when they are
+    rare) or a GIN bitmap of every match, then a sort (fast when rare, slow when common). The
+    planner picks from estimates that are often wrong for multi-word log text, so the choice is
+    made here from facts: walk the newest PG_SEARCH_RECENT_ROWS rows; if that finds `limit`
+    matches, done; otherwise the words are rare, and the GIN bitmap over the older rows is small.
+    """
+    E = IncidentEvent
+    match = text("incident_events.search_tsv @@ to_tsquery('simple', :tsq)").bindparams(tsq=tsquery)
+    base = select(E.id)
+    if join:
+        base = base.join(IncidentGroup, IncidentGroup.id == E.group_id)
+    base = base.where(*where, match)
+    newest = conn.execute(select(func.max(E.id))).scalar()
+    if newest is None:
+        return []
+    lo = newest - PG_SEARCH_RECENT_ROWS
+    conn.execute(text("SET LOCAL enable_bitmapscan = off"))
+    ids = list(conn.execute(base.where(E.id > lo).order_by(E.id.desc()).limit(limit)).scalars())
+    if len(ids) < limit:
+        conn.execute(text("SET LOCAL enable_bitmapscan = on"))
+        conn.execute(text("SET LOCAL enable_indexscan = off"))
+        conn.execute(text("SET LOCAL enable_seqscan = off"))
+        older = base.where(E.id <= lo).order_by(E.id.desc()).limit(limit - len(ids))
+        ids += conn.execute(older).scalars()
+        for setting in ("enable_indexscan", "enable_seqscan"):
+            conn.execute(text(f"SET LOCAL {setting} = on"))
+    conn.execute(text("SET LOCAL enable_bitmapscan = on"))
+    return ids
+
+
+def history(
+    *,
+    host: str | None = None,
+    problem: str | None = None,
+    model: str | None = None,
+    engine_version: str | None = None,
+    status: str | None = None,
+    since: str | datetime | None = None,
+    until: str | datetime | None = None,
+    search: str | None = None,
+    group_id: int | None = None,
+    limit: int = HISTORY_LIMIT,
+    settings: Settings | None = None,
+) -> list[HistoryRow]:
+    """Stored incidents, newest first, filtered; `search` is full-text over the excerpt and the
+    problem and cause names (every word must appear). `since`/`until` take '7d', '12h', '30m' or
+    an ISO date. With `search`, "newest" is the order of recording (the text index's order,
+    which keeps searches fast on millions of rows); otherwise it is the diagnosis time.
+    Raises ValueError for a bad filter, StoreUnavailable when the database is down."""
+    if status is not None and status not in ("open", "resolved"):
+        raise ValueError(f"--status {status!r}: expected open or resolved")
+    engine = open_store(settings)
+    E, G = IncidentEvent, IncidentGroup
+    stmt = select(
+        E.id,
+        E.group_id,
+        E.created_at,
+        E.source,
+        E.host,
+        E.model,
+        E.engine,
+        E.engine_version,
+        E.problem_id,
+        E.problems,
+        E.causes,
+        E.kb_version,
+        E.user_name,
+        E.channel,
+        E.thread,
+        E.excerpt,
+        G.status,
+        G.count,
+        G.first_seen,
+        G.last_seen,
+        G.resolution_fix,
+        G.resolved_by,
+        G.resolved_at,
+    )
+    where: list[ColumnElement[bool]] = []
+    if host:
+        where.append(E.host == host.strip().lower())
+    if problem:
+        where.append(E.problem_id == problem.strip())
+    if model:
+        where.append(E.model == model.strip())
+    if engine_version:
+        where.append(E.engine_version == engine_version.strip())
+    if status:
+        where.append(G.status == status)
+    if group_id is not None:
+        where.append(E.group_id == group_id)
+    if since is not None:
+        where.append(E.created_at >= (parse_since(since) if isinstance(since, str) else since))
+    if until is not None:
+        where.append(E.created_at < (parse_since(until) if isinstance(until, str) else until))
+    stmt = stmt.join(G, G.id == E.group_id).where(*where)
+    terms = search_terms(search or "")
+    if search and search.strip() and not terms:
+        return []  # only punctuation: no token can match
+    limit = max(1, min(limit, 10_000))
+    with connectivity(), engine.connect() as conn:
+        if terms and engine.dialect.name == "sqlite":
+            # FTS5 walks its index newest rowid first and stops at the limit.
+            fts = table(FTS_TABLE, column("rowid"))
+            stmt = (
+                stmt.join(fts, fts.c.rowid == E.id)
+                .where(text(f"{FTS_TABLE} MATCH :fts_q").bindparams(fts_q=_fts5_query(terms)))
+                .order_by(fts.c.rowid.desc())
+                .limit(limit)
+            )
+        elif terms:
+            ids = _pg_search_ids(conn, where, _pg_tsquery(terms), limit, join=status is not None)
+            stmt = stmt.where(E.id.in_(ids)).order_by(E.id.desc())
+        else:
+            stmt = stmt.order_by(E.created_at.desc(), E.id.desc()).limit(limit)
+        rows = conn.execute(stmt).all()
+    return [_history_row(r) for r in rows]
+
+
+def _history_row(r: Row[Any]) -> HistoryRow:
+    problems = r.problems or []
+    causes = r.causes or []
+    return HistoryRow(
+        incident_id=r.id,
+        group_id=r.group_id,
+        created_at=r.created_at,
+        source=r.source,
+        host=r.host or None,
+        model=r.model,
+        engine=r.engine,
+        engine_version=r.engine_version,
+        problem_id=r.problem_id or None,
+        problem_title=problems[0].get("title") if problems else None,
+        top_cause=causes[0].get("id") if causes else None,
+        kb_version=r.kb_version,
+        user=r.user_name,
+        channel=r.channel,
+        thread=r.thread,
+        excerpt=r.excerpt,
+        status=r.status,
+        count=r.count,
+        first_seen=r.first_seen,
+        last_seen=r.last_seen,
+        resolution_fix=r.resolution_fix,
+        resolved_by=r.resolved_by,
+        resolved_at=r.resolved_at,
+    )
+
+
+# --------------------------------------------------------------------------- groups
+
+
+def _group_id(conn: Connection, ref: int | str) -> int:
+    kind, n = parse_ref(ref)
+    if kind == "group":
+        found = conn.execute(select(IncidentGroup.id).where(IncidentGroup.id == n)).scalar()
+    else:
+        found = conn.execute(select(IncidentEvent.group_id).where(IncidentEvent.id == n)).scalar()
+    if found is None:
+        label = f"group g{n}" if kind == "group" else f"incident {n}"
+        raise LookupError(f"no {label} in the incident store")
+    return int(found)
+
+
+def _group_info(conn: Connection, gid: int) -> GroupInfo:
+    groups = IncidentGroup.__table__
+    g = conn.execute(select(groups).where(groups.c.id == gid)).one()
+    return GroupInfo(
+        group_id=g.id,
+        fingerprint=g.fingerprint,
+        grouped_by={
+            "problem": g.problem_id,
+            "signature": g.signature,
+            "host": g.host,
+            "model": g.model,
+        },
+        problem_id=g.problem_id or None,
+        host=g.host or None,
+        model=g.model or None,
+        engine=g.engine,
+        engine_version=g.engine_version,
+        kb_version=g.kb_version,
+        first_seen=g.first_seen,
+        last_seen=g.last_seen,
+        count=g.count,
+        status=g.status,  # constrained to open/resolved by a CHECK in the schema
+        resolution_fix=g.resolution_fix,
+        resolved_by=g.resolved_by,
+        resolved_at=g.resolved_at,
+        resolution_note=g.resolution_note,
+    )
+
+
+def get_group(ref: int | str, *, settings: Settings | None = None) -> GroupInfo:
+    """The group of incident `ref` (`12`) or group `ref` (`g3`), with why it was grouped.
+    Raises LookupError if there is no such incident or group."""
+    engine = open_store(settings)
+    with connectivity(), engine.connect() as conn:
+        return _group_info(conn, _group_id(conn, ref))
+
+
+def resolve(
+    ref: int | str,
+    *,
+    fix: str,
+    note: str | None = None,
+    who: str | None = None,
+    settings: Settings | None = None,
+) -> GroupInfo:
+    """`inferbot resolve ID --fix FIX [--note ...]`: mark the incident's group resolved with the
+    fix that worked. The next occurrence reopens it and reports "last fixed by" this fix."""
+    if not fix.strip():
+        raise ValueError("--fix must say what fixed it")
+    engine = open_store(settings)
+
+    def attempt() -> GroupInfo:
+        with write_engine(engine).begin() as conn:
+            gid = _group_id(conn, ref)
+            conn.execute(
+                update(IncidentGroup)
+                .where(IncidentGroup.id == gid)
+                .values(
+                    status="resolved",
+                    resolution_fix=_cap(fix.strip(), 2000),
+                    resolution_note=_cap(note, 4000) if note else None,
+                    resolved_by=who,
+                    resolved_at=_now(),
+                )
+            )
+            return _group_info(conn, gid)
+
+    with connectivity():
+        return _retry_locked(attempt)
+
+
+def feedback(
+    ref: int | str,
+    *,
+    note: str,
+    who: str | None = None,
+    kind: str = "wrong_diagnosis",
+    settings: Settings | None = None,
+) -> int:
+    """Record a verdict on a diagnosis (default: "wrong diagnosis" with a note). `ref` is an
+    incident (the event is linked) or a group. Returns the feedback id."""
+    engine = open_store(settings)
+    ref_kind, n = parse_ref(ref)
+
+    def attempt() -> int:
+        with write_engine(engine).begin() as conn:
+            gid = _group_id(conn, ref)
+            return int(
+                conn.execute(
+                    insert(Feedback)
+                    .values(
+                        created_at=_now(),
+                        group_id=gid,
+                        event_id=n if ref_kind == "event" else None,
+                        kind=kind,
+                        note=_cap(note, 4000),
+                        who=who,
+                    )
+                    .returning(Feedback.id)
+                ).scalar_one()
+            )
+
+    with connectivity():
+        return _retry_locked(attempt)
