@@ -1,0 +1,73 @@
+"""`inferbot check`: parallel collection, per-host report, exit codes, one audit row per command."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bot.cli import main
+from tests.collect.conftest import Sshd
+
+pytestmark = pytest.mark.sshd
+
+
+def test_check_reports_each_host_and_audits_every_command(
+        sshd: Sshd, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    inv = sshd.inventory(tmp_path, {"gpu-01": {"scenario": "mig"}})
+    assert inv.path is not None
+    rc = main(["check", "gpu-01", "$(id)", "--inventory", str(inv.path), "--json",
+               "--deadline", "15"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 2  # a refused name is bad input; the good host is still reported
+    good, bad = out["hosts"]
+    assert good["host"] == "gpu-01" and good["error"] is None
+    assert {c["id"] for c in good["commands"]} >= {"nvidia-smi-query-gpu", "ps"}
+    assert all("output" not in c for c in good["commands"])
+    assert good["diagnosis"]["facts"]["gpu_name"] == "NVIDIA H200"
+    assert bad == {"host": "$(id)", "method": "ssh", "duration_s": 0.0, "unread": [],
+                   "error": "refused '$(id)': not a valid host name (letters, digits, . _ -)",
+                   "commands": [], "diagnosis": None}
+
+    from sqlalchemy import select
+
+    from bot.store.repository import open_store
+    from bot.store.tables import CommandAudit
+
+    with open_store().connect() as conn:
+        rows = conn.execute(select(CommandAudit.host, CommandAudit.command_id,
+                                   CommandAudit.run_id, CommandAudit.who)).all()
+    assert sorted(r.command_id for r in rows) == sorted(c["id"] for c in good["commands"])
+    assert {r.host for r in rows} == {"gpu-01"}
+    assert len({r.run_id for r in rows}) == 1 and rows[0].who.startswith("cli:")
+
+
+def test_check_without_inventory_is_a_usage_error(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc = main(["check", "gpu-01", "--inventory", str(tmp_path / "missing.yaml")])
+    assert rc == 2
+    assert capsys.readouterr().err.startswith("inferbot: no inventory at ")
+
+
+def test_chat_check_respects_the_hosts_channels(sshd: Sshd, tmp_path: Path) -> None:
+    from bot.collect import check
+    from bot.collect.inventory import HostRefused
+    from bot.kb.loader import load_kb
+
+    inv = sshd.inventory(tmp_path, {"gpu-01": {"scenario": "mig", "channels": ["C-GPU"]}})
+    with pytest.raises(HostRefused, match="not allowed from this channel"):
+        check("gpu-01", kb=load_kb(), channel="C-OTHER", inventory=inv)
+    with pytest.raises(HostRefused, match="not from chat"):
+        check("localhost", kb=load_kb(), channel="C-GPU", inventory=inv)
+    d = check("gpu-01", kb=load_kb(), channel="C-GPU", user="U1", inventory=inv)
+    assert d.host == "gpu-01" and d.facts.gpu_name == "NVIDIA H200"
+
+
+def test_hostile_names_are_refused_even_without_an_inventory(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc = main(["check", "gpu1;id", "../x", "--inventory", str(tmp_path / "missing.yaml")])
+    out = capsys.readouterr().out
+    assert rc == 2
+    assert "refused 'gpu1;id': not a valid host name" in out
+    assert "refused '../x': not a valid host name" in out
