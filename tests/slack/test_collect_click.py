@@ -1,0 +1,46 @@
+"""An authorized "Collect from HOST" click and `check HOST`: the real collector over SSH (the
+collector's loopback sshd with stand-in GPU tools), answered in the thread."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bot.config import Settings
+from tests.collect.conftest import Sshd, sshd  # noqa: F401 - the session fixture
+from tests.slack.conftest import ALLOWED, Endpoint
+from tests.slack.fakes import FakeSlack, load
+from tests.slack.test_http import all_text, final_answer, mention
+
+pytestmark = [pytest.mark.slack, pytest.mark.sshd]
+
+
+@pytest.fixture
+def inventory(sshd: Sshd, tmp_path: Path,  # noqa: F811
+              monkeypatch: pytest.MonkeyPatch) -> None:
+    sshd.inventory(tmp_path, {"gpu-07": {"scenario": "kv",
+                                         "logs": {"source": "docker", "container": "vllm"}}})
+    monkeypatch.setenv("INFERBOT_INVENTORY", str(tmp_path / "hosts.yaml"))
+
+
+def test_authorized_collect_click_diagnoses_the_host_in_the_thread(
+        inventory: None, endpoint: Endpoint, fake: FakeSlack, settings: Settings) -> None:
+    body: dict[str, Any] = copy.deepcopy(load("block_actions_button.json"))
+    body["user"]["id"] = ALLOWED
+    body["actions"] = [{**body["actions"][0], "action_id": "collect_host", "value": "gpu-07"}]
+    status, _, elapsed = endpoint.interaction(body)
+    assert status == 200 and elapsed < 3
+    looking = fake.recorder.wait_for("chat.postMessage")[0].args
+    assert looking["thread_ts"] == body["container"]["thread_ts"]
+    text = all_text(final_answer(fake))
+    assert "kv-cache-no-blocks" in text and "gpu-07" in text
+    assert fake.recorder.of("chat.postEphemeral") == []
+
+
+def test_check_of_a_host_outside_the_inventory_says_so(
+        inventory: None, endpoint: Endpoint, fake: FakeSlack) -> None:
+    endpoint.event(mention("check gpu-99"))
+    assert "not in" in all_text(final_answer(fake))

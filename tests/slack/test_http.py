@@ -1,0 +1,393 @@
+"""The real Bolt HTTP endpoint with signed requests, against the fake Slack Web API."""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bot.config import Settings
+from tests.slack.conftest import ALLOWED, Endpoint, make_settings, serving
+from tests.slack.fakes import BOT_TOKEN, FakeSlack, load
+
+pytestmark = pytest.mark.slack
+
+BOT = "U0BOT00001"
+THREAD = "1717171717.000200"
+VLLM_ERROR = (
+    "INFO 11-30 06:03:16 [gpu_worker.py:227] Available KV cache memory: 9.97 GiB\n"
+    "ERROR 11-30 06:03:16 [core.py:586] ValueError: To serve at least one request with the "
+    "model's max seq len (131072), (16.00 GiB KV cache is needed, which is larger than the "
+    "available KV cache memory (9.97 GiB). Based on the available memory, the estimated maximum "
+    "model length is 77824. Try increasing `gpu_memory_utilization` or decreasing "
+    "`max_model_len` when initializing the engine."
+)
+
+
+def escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def mention(text: str, *, ts: str = "1717171800.000100", event_id: str = "Ev0MENTION001",
+            thread_ts: str | None = None, files: list[dict[str, Any]] | None = None,
+            kind: str = "app_mention") -> dict[str, Any]:
+    payload = copy.deepcopy(load("app_mention_code_block.json"))
+    event = payload["event"]
+    event.update(type=kind, text=f"<@{BOT}> {escape(text)}", ts=ts, event_ts=ts)
+    event.pop("blocks")
+    if thread_ts:
+        event["thread_ts"] = thread_ts
+    if files is not None:
+        event["files"] = files
+    if kind == "message":
+        event["channel_type"] = "channel"
+    payload["event_id"] = event_id
+    return payload
+
+
+def blocks_of(call_args: dict[str, Any]) -> list[dict[str, Any]]:
+    blocks = call_args.get("blocks") or []
+    return json.loads(blocks) if isinstance(blocks, str) else list(blocks)
+
+
+def all_text(call_args: dict[str, Any]) -> str:
+    return json.dumps(blocks_of(call_args)) + str(call_args.get("text", ""))
+
+
+def chart_upload(fake: FakeSlack) -> dict[str, Any]:
+    """The three steps of the chart's upload, matched by file id."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        for step1 in fake.recorder.of("files.getUploadURLExternal"):
+            if step1.args["filename"] != "memory-budget.png":
+                continue
+            file_id = step1.response["file_id"]
+            posted = [c for c in fake.recorder.of("upload") if c.args["path"].endswith(file_id)]
+            done = [c for c in fake.recorder.of("files.completeUploadExternal")
+                    if json.loads(c.args["files"])[0]["id"] == file_id]
+            if posted and done:
+                assert int(step1.args["length"]) == len(posted[0].raw)
+                return {"png": posted[0].raw, "upload_auth": posted[0].auth,
+                        "complete": done[0].args}
+        time.sleep(0.05)
+    raise AssertionError("no chart upload")
+
+
+def final_answer(fake: FakeSlack, count: int = 1) -> dict[str, Any]:
+    return fake.recorder.wait_for("chat.update", count, timeout=30)[count - 1].args
+
+
+# --------------------------------------------------------------------------- transport
+
+
+def test_url_verification(endpoint: Endpoint) -> None:
+    status, body, _ = endpoint.event(load("url_verification.json"))
+    assert status == 200
+    assert json.loads(body) == {"challenge": load("url_verification.json")["challenge"]}
+
+
+def test_bad_signature_and_stale_timestamp_are_401_and_nothing_is_posted(
+        endpoint: Endpoint, fake: FakeSlack) -> None:
+    payload = mention("help")
+    assert endpoint.event(payload, secret="not-the-secret")[0] == 401
+    assert endpoint.event(payload, ts=int(time.time()) - 301)[0] == 401
+    time.sleep(0.5)
+    assert fake.posts() == []
+
+
+def test_mention_with_a_fenced_vllm_error_gets_the_answer_in_the_thread(
+        endpoint: Endpoint, fake: FakeSlack) -> None:
+    status, _, elapsed = endpoint.event(mention(f"prod is down\n```{VLLM_ERROR}```"))
+    assert status == 200 and elapsed < 3
+    looking = fake.recorder.wait_for("chat.postMessage")[0].args
+    assert looking["thread_ts"] == "1717171800.000100" and looking["channel"] == "C0INCIDENT1"
+    answer = final_answer(fake)
+    assert answer["ts"] == "1717180000.000001"  # the "looking" message, updated in place
+    text = all_text(answer)
+    assert "max-model-len-exceeds-kv-cache" in text
+    assert "--max-model-len 77824" in text
+    assert "first time seen" in text
+    # the chart: files.getUploadURLExternal -> POST bytes -> completeUploadExternal in thread
+    chart = chart_upload(fake)
+    assert chart["png"].startswith(b"\x89PNG\r\n\x1a\n") and chart["upload_auth"] == ""
+    assert chart["complete"]["channel_id"] == "C0INCIDENT1"
+    assert chart["complete"]["thread_ts"] == "1717171800.000100"
+    methods = [c.method for c in fake.recorder.calls]
+    assert methods.index("chat.update") < methods.index("files.completeUploadExternal")
+    assert len(fake.posts()) == 1
+
+
+def test_snippet_is_downloaded_with_the_bearer_token_and_diagnosed(
+        endpoint: Endpoint, fake: FakeSlack) -> None:
+    snippet = load("app_mention_with_snippet_file.json")
+    file = snippet["event"]["files"][0]
+    file["url_private_download"] = fake.file_url(file["id"])
+    fake.files[file["id"]] = ("x\n" * 500 + VLLM_ERROR + "\n").encode()
+    status, _, _ = endpoint.event(snippet)
+    assert status == 200
+    answer = final_answer(fake)
+    assert "--max-model-len 77824" in all_text(answer)
+    download = fake.recorder.of("file.download")[0]
+    assert download.auth == f"Bearer {BOT_TOKEN}"
+    assert fake.posts()[0].args["thread_ts"] == THREAD  # the parent, not the reply's ts
+
+
+def test_a_file_without_url_is_looked_up_with_files_info(endpoint: Endpoint,
+                                                         fake: FakeSlack) -> None:
+    fake.files["F0SECRET01"] = VLLM_ERROR.encode()
+    endpoint.event(mention("", files=[{"id": "F0SECRET01", "file_access": "check_file_info"}]))
+    answer = final_answer(fake)
+    assert fake.recorder.of("files.info")[0].args["file"] == "F0SECRET01"
+    assert "--max-model-len 77824" in all_text(answer)
+
+
+def test_a_sign_in_page_is_not_diagnosed(fake: FakeSlack, tmp_path: Path) -> None:
+    with serving(make_settings(fake, tmp_path, INFERBOT_BOT_TOKEN="xoxb-other"), fake) as ep:
+        ep.event(mention("", files=[{"id": "F0X", "mode": "snippet",
+                                      "url_private_download": fake.file_url("F0X")}]))
+        answer = final_answer(fake)
+        assert "sign-in page" in all_text(answer)
+
+
+def test_a_retry_and_a_double_delivery_get_exactly_one_reply(endpoint: Endpoint,
+                                                             fake: FakeSlack) -> None:
+    first = mention("help")
+    assert endpoint.event(first)[0] == 200
+    retry = {"X-Slack-Retry-Num": "1", "X-Slack-Retry-Reason": "http_timeout"}
+    assert endpoint.event(first, headers=retry)[0] == 200
+    as_message = mention("help", kind="message", event_id="Ev0MESSAGE002")
+    assert endpoint.event(as_message)[0] == 200
+    fake.recorder.wait_for("chat.postMessage")
+    time.sleep(1.0)
+    assert len(fake.posts()) == 1
+
+
+def test_dedup_holds_across_replicas(fake: FakeSlack, settings: Settings) -> None:
+    """Two endpoints on one database: the retry lands on the other replica, no second reply."""
+    with serving(settings, fake) as one, serving(settings, fake) as two:
+        assert one.event(mention("help"))[0] == 200
+        fake.recorder.wait_for("chat.postMessage")
+        assert two.event(mention("help"), headers={"X-Slack-Retry-Num": "1"})[0] == 200
+        time.sleep(1.0)
+        assert len(fake.posts()) == 1
+
+
+def test_429_is_retried_after_retry_after(endpoint: Endpoint, fake: FakeSlack) -> None:
+    fake.fail_next["chat.postMessage"] = 1
+    endpoint.event(mention("help"))
+    fake.recorder.wait_for("chat.postMessage", timeout=10)
+    limited = fake.recorder.of("chat.postMessage#429")
+    assert len(limited) == 1 and len(fake.posts()) == 1
+
+
+def test_a_database_outage_still_gets_a_reply(fake: FakeSlack, tmp_path: Path) -> None:
+    down = make_settings(fake, tmp_path, database_url="postgresql://u:p@127.0.0.1:9/none")
+    with serving(down, fake) as ep:
+        ep.event(mention(f"```{VLLM_ERROR}```"))
+        text = all_text(final_answer(fake))
+        assert "--max-model-len 77824" in text
+        assert "incident store is down" in text
+        assert list((tmp_path / "spool").glob("*.json"))  # kept for later
+
+
+# --------------------------------------------------------------------------- words
+
+
+def test_history_is_answered(endpoint: Endpoint, fake: FakeSlack) -> None:
+    endpoint.event(mention(f"```{VLLM_ERROR}```"))
+    final_answer(fake)
+    endpoint.event(mention("history max-model-len-exceeds-kv-cache", ts="1717171900.000100"))
+    reply = fake.recorder.wait_for("chat.postMessage", 2)[1].args
+    text = all_text(reply)
+    assert "History" in text and "max-model-len-exceeds-kv-cache" in text
+    assert "seen 1x" in text
+
+
+def test_size_is_answered(endpoint: Endpoint, fake: FakeSlack) -> None:
+    endpoint.event(mention("size meta-llama/Llama-3.1-8B-Instruct on H100"))
+    text = all_text(fake.recorder.wait_for("chat.postMessage")[0].args)
+    assert "Sizing" in text and "H100" in text
+    chart = chart_upload(fake)
+    assert chart["png"].startswith(b"\x89PNG") and chart["complete"]["thread_ts"]
+
+
+def test_bad_words_get_usage_not_silence(endpoint: Endpoint, fake: FakeSlack) -> None:
+    endpoint.event(mention("size llama"))
+    assert "usage" in all_text(fake.recorder.wait_for("chat.postMessage")[0].args)
+
+
+def test_slash_command_answers_through_response_url(endpoint: Endpoint,
+                                                    fake: FakeSlack) -> None:
+    fields = load("slash_command.json")
+    fields.update(command="/inferbot", text="help", response_url=fake.response_url())
+    status, _, elapsed = endpoint.command(fields)
+    assert status == 200 and elapsed < 3
+    reply = fake.recorder.wait_for("response_url")[0].args
+    assert reply["response_type"] == "ephemeral" and "history" in all_text(reply)
+
+
+def test_check_by_someone_not_allowed_is_refused_with_who_can(endpoint: Endpoint,
+                                                              fake: FakeSlack) -> None:
+    payload = mention("check gpu-07")
+    payload["event"]["user"] = "U0MALLORY1"
+    endpoint.event(payload)
+    refusal = fake.recorder.wait_for("chat.postEphemeral")[0].args
+    assert refusal["user"] == "U0MALLORY1" and f"<@{ALLOWED}>" in refusal["text"]
+    assert fake.posts() == []
+
+
+# --------------------------------------------------------------------------- clicks
+
+
+def click(action_id: str, value: str, user: str = ALLOWED) -> dict[str, Any]:
+    body = copy.deepcopy(load("block_actions_button.json"))
+    body["user"]["id"] = user
+    body["actions"] = [{**body["actions"][0], "action_id": action_id, "value": value}]
+    return body
+
+
+def test_unauthorized_collect_click_is_refused(fake: FakeSlack, tmp_path: Path) -> None:
+    s = make_settings(fake, tmp_path, allowed_users=[], allowed_usergroups=["S0ONCALL"])
+    fake.usergroups["S0ONCALL"] = ["W0ONCALL002"]
+    with serving(s, fake) as ep:
+        status, _, elapsed = ep.interaction(click("collect_host", "db-03.prod",
+                                                  user="U0MALLORY1"))
+        assert status == 200 and elapsed < 3
+        refusal = fake.recorder.wait_for("chat.postEphemeral")[0].args
+        assert refusal["user"] == "U0MALLORY1"
+        assert "<!subteam^S0ONCALL>" in refusal["text"]
+        assert refusal["thread_ts"] == THREAD
+        assert fake.recorder.of("usergroups.users.list")[0].args["usergroup"] == "S0ONCALL"
+        assert fake.posts() == []
+
+
+@pytest.mark.parametrize("value", ["-oProxyCommand=id", "a b", "x" * 300])
+def test_a_forged_collect_value_is_refused_before_anything_runs(
+        endpoint: Endpoint, fake: FakeSlack, value: str) -> None:
+    assert endpoint.interaction(click("collect_host", value))[0] == 200
+    time.sleep(0.5)
+    assert [c.method for c in fake.recorder.calls if c.method != "auth.test"] == []
+
+
+def test_this_fixed_it_records_the_stored_fix(endpoint: Endpoint, fake: FakeSlack) -> None:
+    endpoint.event(mention(f"```{VLLM_ERROR}```", ts=THREAD))
+    answer = blocks_of(final_answer(fake))
+    button = next(b["accessory"] for b in answer if "accessory" in b)
+    incident = button["value"].split(":")[0]
+    endpoint.interaction(click("fix_worked", f"{incident}:no-such-fix"))
+    assert "has no fix" in fake.recorder.wait_for("chat.postEphemeral")[0].args["text"]
+    elsewhere = click("fix_worked", button["value"])
+    elsewhere["channel"]["id"] = "C0OTHER001"
+    endpoint.interaction(elsewhere)
+    assert "has no fix" in fake.recorder.wait_for("chat.postEphemeral", 2)[1].args["text"]
+    endpoint.interaction(click("fix_worked", button["value"]))
+    note = all_text(fake.recorder.wait_for("chat.postMessage", 2)[1].args)
+    assert f"marked incident {incident} fixed by `vllm serve MODEL --" in note
+    endpoint.event(mention(f"```{VLLM_ERROR}```", ts="1717172500.000100",
+                           event_id="Ev0AGAIN"))
+    again = all_text(final_answer(fake, 2))
+    assert "seen 2 times" in again and "last fixed by" in again
+
+
+def test_wrong_diagnosis_opens_a_modal_and_stores_the_note(endpoint: Endpoint,
+                                                           fake: FakeSlack) -> None:
+    endpoint.event(mention(f"```{VLLM_ERROR}```", ts=THREAD))
+    answer = blocks_of(final_answer(fake))
+    wrong = next(e for b in answer if b["type"] == "actions" for e in b["elements"]
+                 if e["action_id"] == "wrong_diagnosis")
+    endpoint.interaction(click("wrong_diagnosis", wrong["value"]))
+    view = fake.recorder.wait_for("views.open")[0].args["view"]
+    view = json.loads(view) if isinstance(view, str) else view
+    submission = copy.deepcopy(load("view_submission.json"))
+    submission["view"].update(callback_id=view["callback_id"],
+                              private_metadata=view["private_metadata"],
+                              state={"values": {"note": {"note_input": {
+                                  "type": "plain_text_input", "value": "it was NCCL"}}}})
+    status, body, _ = endpoint.interaction(submission)
+    assert status == 200 and body in (b"", b"{}")
+    thanks = fake.recorder.wait_for("chat.postEphemeral")[0].args
+    assert "recorded" in thanks["text"] and thanks["thread_ts"] == THREAD
+
+
+def test_a_forged_modal_metadata_is_rejected(endpoint: Endpoint, fake: FakeSlack) -> None:
+    submission = copy.deepcopy(load("view_submission.json"))
+    submission["view"]["callback_id"] = "wrong_diagnosis_note"
+    submission["view"]["private_metadata"] = '{"incident_id": "1; drop", "channel": "C"}'
+    status, body, _ = endpoint.interaction(submission)
+    assert status == 200 and json.loads(body)["response_action"] == "errors"
+
+
+def test_app_home_lists_incidents_and_kb_version(endpoint: Endpoint, fake: FakeSlack) -> None:
+    endpoint.event(mention(f"```{VLLM_ERROR}```"))
+    final_answer(fake)
+    home = copy.deepcopy(load("app_mention_code_block.json"))
+    home["event"] = {"type": "app_home_opened", "user": ALLOWED, "channel": "D0HOME",
+                     "tab": "home", "event_ts": "1717172600.000100"}
+    home["event_id"] = "Ev0HOME"
+    endpoint.event(home)
+    published = fake.recorder.wait_for("views.publish")[0].args
+    view = published["view"]
+    text = view if isinstance(view, str) else json.dumps(view)
+    assert published["user_id"] == ALLOWED
+    assert "Recent incidents" in text and "Knowledge base" in text
+    assert "max-model-len" in text
+
+
+def test_secrets_are_not_posted_and_payloads_not_logged(endpoint: Endpoint, fake: FakeSlack,
+                                                        caplog: pytest.LogCaptureFixture
+                                                        ) -> None:
+    token = "hf_" + "AbCdEfGhIjKlMnOpQrStUvWxYz012345"
+    caplog.set_level(logging.DEBUG)
+    paste = f"HF_TOKEN={token} vllm serve m\n{VLLM_ERROR}\n{token} rejected: {VLLM_ERROR}"
+    endpoint.event(mention(f"```{paste}```"))
+    assert "--max-model-len 77824" in all_text(final_answer(fake))
+    fake.recorder.settle()
+    assert not [c.method for c in fake.recorder.calls if token.encode() in c.raw]
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    assert token not in logged and "max seq len" not in logged
+
+
+def test_slash_paste_is_posted_to_the_channel_and_check_refused_privately(
+        endpoint: Endpoint, fake: FakeSlack) -> None:
+    fields = load("slash_command.json")
+    fields.update(command="/inferbot", text=f"```{VLLM_ERROR}```",
+                  response_url=fake.response_url("paste"))
+    status, body, _ = endpoint.command(fields)
+    assert status == 200 and b"Looking" in body
+    answer = fake.recorder.wait_for("response_url")[0].args
+    assert answer["response_type"] == "in_channel" and "--max-model-len 77824" in all_text(answer)
+    fields.update(text="check gpu-07", user_id="U0MALLORY1",
+                  response_url=fake.response_url("check"))
+    endpoint.command(fields)
+    refusal = fake.recorder.wait_for("response_url", 2)[1].args
+    assert refusal["response_type"] == "ephemeral" and f"<@{ALLOWED}>" in refusal["text"]
+
+
+def test_resolve_in_the_thread_records_the_fix(endpoint: Endpoint, fake: FakeSlack) -> None:
+    endpoint.event(mention(f"```{VLLM_ERROR}```", ts=THREAD))
+    final_answer(fake)
+    endpoint.event(mention("resolve --max-model-len 32768", ts="1717172000.000100",
+                           thread_ts=THREAD, event_id="Ev0RESOLVE"))
+    done = all_text(fake.recorder.wait_for("chat.postMessage", 2)[1].args)
+    assert "Resolved group g1" in done and "--max-model-len 32768" in done
+    endpoint.event(mention("history 1d", ts="1717172100.000100", event_id="Ev0HIST"))
+    history = all_text(fake.recorder.wait_for("chat.postMessage", 3)[2].args)
+    assert "resolved" in history and "fixed by: --max-model-len 32768" in history
+
+
+def test_a_direct_message_needs_no_mention_and_bot_messages_are_ignored(
+        endpoint: Endpoint, fake: FakeSlack) -> None:
+    dm = mention("help", kind="message", event_id="Ev0DM")
+    dm["event"].update(text="help", channel="D0DIRECT01", channel_type="im")
+    endpoint.event(dm)
+    assert fake.recorder.wait_for("chat.postMessage")[0].args["channel"] == "D0DIRECT01"
+    own = mention("help", kind="message", event_id="Ev0OWN", ts="1717179999.000100")
+    own["event"].update(channel_type="im", bot_id="B0BOT00001", user="U0BOT00001")
+    endpoint.event(own)
+    time.sleep(0.5)
+    assert len(fake.posts()) == 1
