@@ -75,11 +75,90 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     finally:
         if stream is not sys.stdin.buffer:
             stream.close()
-    out = to_json(d, indent=2) if args.json else render(d)
-    sys.stdout.write(out + "\n")
+    if args.json:
+        # Tools reading the JSON want the incident id, so JSON is stored first; a database
+        # outage only costs the id (the event is spooled), never the answer.
+        summary = None if args.no_store else _record(d, "cli")
+        sys.stdout.write(to_json(d, indent=2) + "\n")
+    else:
+        # The answer first: storing never delays it.
+        sys.stdout.write(render(d) + "\n")
+        sys.stdout.flush()
+        summary = None if args.no_store else _record(d, "cli")
+        if summary:
+            sys.stdout.write(summary + "\n")
     sys.stdout.flush()
     if args.chart:
         _write_chart(d, args.chart)
+    return EXIT_OK
+
+
+def _record(d: Diagnosis, source: str) -> str | None:
+    """Store `d` (sets d.incident_id) and return the "seen N times ..." line. Any trouble with
+    the database is one warning line on stderr: the diagnosis has been given either way."""
+    import getpass
+
+    try:
+        from bot.store import record
+
+        result = record(d, source=source, host=d.host, user=getpass.getuser(),
+                        excerpt=d.excerpt)
+    except Exception as exc:
+        sys.stderr.write(f"inferbot: warning: incident not stored: {_one_line(exc)}\n")
+        return None
+    if result.spooled:
+        sys.stderr.write(f"inferbot: warning: {result.warning}\n")
+        return None
+    d.incident_id = result.incident_id
+    return result.summary()
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    from bot.store import StoreUnavailable, format_history_json, format_history_text, history
+
+    try:
+        rows = history(host=args.host, problem=args.problem, model=args.model,
+                       engine_version=args.engine_version, status=args.status,
+                       since=args.since, search=args.search, limit=args.limit)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    except StoreUnavailable as exc:
+        raise Failure(f"the incident database is unavailable: {_one_line(exc)}") from None
+    sys.stdout.write((format_history_json(rows) if args.json else format_history_text(rows))
+                     + "\n")
+    return EXIT_OK
+
+
+def cmd_resolve(args: argparse.Namespace) -> int:
+    import getpass
+
+    from bot.store import StoreUnavailable, resolve
+
+    try:
+        group = resolve(args.id, fix=args.fix, note=args.note, who=getpass.getuser())
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    except LookupError as exc:
+        raise Failure(_one_line(exc)) from None
+    except StoreUnavailable as exc:
+        raise Failure(f"the incident database is unavailable: {_one_line(exc)}") from None
+    sys.stdout.write(f"resolved: {group.explain()}\n")
+    return EXIT_OK
+
+
+def cmd_db(args: argparse.Namespace) -> int:
+    from bot.store import StoreUnavailable, upgrade
+
+    try:
+        revision = upgrade()
+    except StoreUnavailable as exc:
+        raise Failure(f"the incident database is unavailable: {_one_line(exc)}") from None
+    sys.stdout.write(f"database at revision {revision}\n")
     return EXIT_OK
 
 
@@ -190,9 +269,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def cmd_check(args: argparse.Namespace) -> int:
     """Collect from hosts (SSH, or this machine), then diagnose each with its own numbers."""
+    import getpass
     from pathlib import Path
 
-    from bot.collect.inventory import LOCAL_NAME, InventoryError, load_inventory
+    from bot.collect.inventory import LOCAL_NAME, InventoryError, load_inventory, valid_name
     from bot.collect.runner import audit, check_hosts
     from bot.diagnose import diagnose
     from bot.render.text import render
@@ -202,17 +282,18 @@ def cmd_check(args: argparse.Namespace) -> int:
     if not names:
         raise UsageError("name at least one host, or --local")
     inventory = None
-    if any(n != LOCAL_NAME for n in names):
+    if any(n != LOCAL_NAME and valid_name(n) for n in names):
         try:
             inventory = load_inventory(Path(args.inventory) if args.inventory else None)
         except InventoryError as exc:
             raise UsageError(str(exc)) from None
     snaps = check_hosts(names, inventory, deadline_s=args.deadline)
-    audit(snaps)
+    audit(snaps, who=f"cli:{getpass.getuser()}")
     kb = _load_kb() if any(s.error is None for s in snaps) else None
     report = []
     for snap in snaps:
         d = diagnose(snap.evidence(), kb) if kb is not None and snap.error is None else None
+        summary = _record(d, "collector") if d is not None and not args.no_store else None
         if args.json:
             report.append({**snap.model_dump(mode="json", include={
                 "host", "method", "duration_s", "error", "unread"}),
@@ -226,7 +307,8 @@ def cmd_check(args: argparse.Namespace) -> int:
             continue
         for line in snap.unread:
             sys.stdout.write(f"   could not read: {line}\n")
-        sys.stdout.write(render(d) + "\n\n" if d is not None else "\n")
+        sys.stdout.write(render(d) + "\n" if d is not None else "")
+        sys.stdout.write(f"{summary}\n\n" if summary else "\n")
     if args.json:
         sys.stdout.write(json.dumps({"hosts": report}, indent=2, ensure_ascii=False) + "\n")
     sys.stdout.flush()
@@ -239,6 +321,9 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "diagnose": cmd_diagnose,
     "kb": cmd_kb,
     "size": cmd_size,
+    "history": cmd_history,
+    "resolve": cmd_resolve,
+    "db": cmd_db,
     "check": cmd_check,
     "serve": cmd_serve,
 }
@@ -307,6 +392,35 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--chart", metavar="PNG", help="also write the memory-budget chart")
 
+    p = sub.add_parser("history", help="incidents seen before, filtered and searched",
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       description="What happened before: stored incidents, newest first.",
+                       epilog="examples:\n  inferbot history --host gpu-07 --since 7d\n"
+                              "  inferbot history --problem kv-cache-no-blocks --json\n"
+                              "  inferbot history --search 'max seq len'\n")
+    p.add_argument("--host")
+    p.add_argument("--problem", metavar="ID")
+    p.add_argument("--model")
+    p.add_argument("--engine-version", metavar="V")
+    p.add_argument("--status", choices=["open", "resolved"])
+    p.add_argument("--since", metavar="WHEN", help="7d, 12h, 30m, 2w or an ISO date")
+    p.add_argument("--search", metavar="TEXT", help="words that must all appear")
+    p.add_argument("--limit", type=_positive_int, default=50)
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("resolve", help="record which fix worked for an incident",
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       epilog="examples:\n  inferbot resolve 12 --fix '--max-model-len 32768'\n"
+                              "  inferbot resolve g3 --fix 'stopped pid 4242' --note 'stale "
+                              "engine'\n")
+    p.add_argument("id", metavar="ID", help="incident id (12) or group id (g3)")
+    p.add_argument("--fix", required=True, help="what fixed it")
+    p.add_argument("--note")
+
+    p = sub.add_parser("db", help="database maintenance",
+                       epilog="example:\n  inferbot db upgrade")
+    p.add_argument("action", choices=["upgrade"])
+
     p = sub.add_parser("kb", help="validate, test, list or show the knowledge base",
                        formatter_class=argparse.RawDescriptionHelpFormatter,
                        description="Work with the knowledge base (knowledge/ plus "
@@ -343,6 +457,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--deadline", type=float, default=30.0, metavar="S",
                    help="seconds each host may take (default 30)")
     p.add_argument("--inventory", metavar="PATH", help="inventory file to use")
+    p.add_argument("--no-store", action="store_true", help="do not record the incidents")
 
     return parser
 

@@ -106,7 +106,8 @@ def test_large_text_is_fast() -> None:
 
 
 def test_argv_list_form_as_docker_inspect_prints_it() -> None:
-    argv = '"Args": ["--model", "m", "--api-key", "plainsecret99", "--max-num-batched-tokens", "8192"]'
+    argv = ('"Args": ["--model", "m", "--api-key", "plainsecret99", '
+            '"--max-num-batched-tokens", "8192"]')
     out = redact(argv)
     assert "plainsecret99" not in out
     assert '"--max-num-batched-tokens", "8192"' in out

@@ -1,0 +1,62 @@
+"""`inferbot diagnose` remembers: the answer first, then "seen N times", never a lost event."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "examples" / "vllm-max-model-len.log"
+
+
+def run(tmp: Path, *args: str, db: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT),
+           "INFERBOT_DATABASE_URL": db or f"sqlite:///{tmp / 'incidents.db'}",
+           "INFERBOT_SPOOL_DIR": str(tmp / "spool")}
+    return subprocess.run([sys.executable, "-m", "bot.cli", *args], capture_output=True,
+                          text=True, env=env, timeout=120, check=False)
+
+
+def test_repeat_incident_is_counted_and_the_fix_remembered(tmp_path: Path) -> None:
+    first = run(tmp_path, "diagnose", str(EXAMPLE), "--host", "gpu-07")
+    assert first.returncode == 0
+    lines = first.stdout.strip().splitlines()
+    assert "max-model-len-exceeds-kv-cache" in lines[0]  # the answer comes first
+    assert lines[-1] == "incident 1 (group g1): first time seen"
+    assert run(tmp_path, "resolve", "1", "--fix", "--max-model-len 81664").returncode == 0
+    again = run(tmp_path, "diagnose", str(EXAMPLE), "--host", "gpu-07")
+    assert "seen 2 times since" in again.stdout
+    assert "last fixed by: --max-model-len 81664" in again.stdout
+    other_host = run(tmp_path, "diagnose", str(EXAMPLE), "--host", "gpu-08")
+    assert "(group g2): first time seen" in other_host.stdout
+    hist = json.loads(run(tmp_path, "history", "--host", "gpu-07", "--json").stdout)
+    assert [r["incident_id"] for r in hist] == [2, 1]
+
+
+def test_json_carries_the_incident_id(tmp_path: Path) -> None:
+    out = json.loads(run(tmp_path, "diagnose", str(EXAMPLE), "--json").stdout)
+    assert out["incident_id"] == 1
+    out = json.loads(run(tmp_path, "diagnose", str(EXAMPLE), "--json", "--no-store").stdout)
+    assert out["incident_id"] is None
+
+
+def test_database_outage_still_answers_and_spools(tmp_path: Path) -> None:
+    down = "postgresql+psycopg://nobody@127.0.0.1:9/none?connect_timeout=2"
+    r = run(tmp_path, "diagnose", str(EXAMPLE), db=down)
+    assert r.returncode == 0
+    assert "max-model-len-exceeds-kv-cache" in r.stdout.splitlines()[0]
+    warning = r.stderr.strip().splitlines()
+    assert len(warning) == 1 and "warning" in warning[0] and "Traceback" not in r.stderr
+    assert list((tmp_path / "spool").glob("*.json"))
+    # the next good connection drains the spool: the event is not lost, nor doubled
+    later = run(tmp_path, "diagnose", str(EXAMPLE))
+    assert "seen 2 times" in later.stdout
+    assert not list((tmp_path / "spool").glob("*.json"))
+
+
+def test_history_bad_usage_is_one_line(tmp_path: Path) -> None:
+    r = run(tmp_path, "history", "--since", "bogus")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
