@@ -159,3 +159,28 @@ def test_template_with_attribute_access_is_rejected(tmp_path: Path) -> None:
 def test_invalid_yaml_names_the_line(tmp_path: Path) -> None:
     err = load_error(make_kb(tmp_path, problem=PROBLEM + "signatures: [unclosed\n"))
     assert err.line is not None and "invalid YAML" in err.message
+
+
+def test_kb_validate_command_names_file_and_line_of_a_site_entry(tmp_path: Path) -> None:
+    """`inferbot kb validate` on the shipped KB plus a broken site folder (INFERBOT_KB_PATH)."""
+    import os
+    import subprocess
+    import sys
+
+    site = tmp_path / "site" / "problems"
+    site.mkdir(parents=True)
+    bad = site / "broken.yaml"
+    bad.write_text(PROBLEM.replace("demo-problem", "site-problem").replace("demo-sig", "site-sig")
+                   .replace("'No available memory for the cache blocks'", "'(unclosed'")
+                   .replace("causes: [demo-cause]", "causes: []"))
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "INFERBOT_KB_PATH": str(tmp_path / "site"), "PYTHONPATH": str(root)}
+    r = subprocess.run([sys.executable, "-m", "bot.cli", "kb", "validate"], env=env,
+                       capture_output=True, text=True, timeout=120, check=False)
+    assert r.returncode == 1
+    assert r.stderr.strip() == (f"{bad}:8: signatures.0.pattern: bad regex '(unclosed': "
+                                "missing ), unterminated subpattern at position 0")
+    del env["INFERBOT_KB_PATH"]
+    ok = subprocess.run([sys.executable, "-m", "bot.cli", "kb", "validate"], env=env,
+                        capture_output=True, text=True, timeout=120, check=False)
+    assert ok.returncode == 0 and "examples pass" in ok.stdout
