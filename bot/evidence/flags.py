@@ -103,7 +103,8 @@ def apply_setting(key: str, raw: Any, sink: FactSink, line_no: int) -> None:
     text = str(raw).strip().strip("'\"")
     if text.lower() in _NONE or "$" in text or redact(text) != text:
         return  # unset, a shell variable, or a secret: none of them is a fact
-    if fact == "kv_cache_memory_bytes":
+    if fact == "kv_cache_memory_bytes" or (KINDS[fact] == "int" and not text.isdigit()):
+        # vLLM reads integer flags human-readably: 32k = 32000, 32K = 32768
         sink.set(fact, _human_int(text), line_no)
     elif fact == "model":
         sink.set(fact, text.rstrip("/") or None, line_no)

@@ -114,3 +114,10 @@ def test_secret_flags_never_become_facts() -> None:
     dumped = repr(extract_facts(text))
     for secret in ("sk-proj", "hf_abc", "topsecret", "hunter2pass"):
         assert secret not in dumped
+
+
+def test_human_readable_integers_as_vllm_reads_them() -> None:
+    facts = extract_facts("vllm serve Qwen/Qwen3-8B --max-model-len 32K "
+                          "--max-num-batched-tokens 8k --max-num-seqs 256\n")
+    assert (facts.max_model_len, facts.max_num_batched_tokens, facts.max_num_seqs) == (
+        32768, 8000, 256)
