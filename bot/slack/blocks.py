@@ -156,7 +156,7 @@ def answer(d: Diagnosis, *, history_line: str | None, incident_id: int | None,
         optional.append(section("*Likely causes*\n" + "\n".join(lines)))
     if d.withheld_fixes:
         lines = [f"• {esc(w.title)}: {esc(w.reason)}" for w in d.withheld_fixes[:5]]
-        optional.append(section("*Not proposed, because they cannot work here*\n"
+        optional.append(section("*Not proposed here*\n"
                                 + "\n".join(lines)))
     if d.guide and d.guide.confirm:
         optional.append(section("*How to confirm*\n"
