@@ -11,10 +11,22 @@ from __future__ import annotations
 import os
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, Literal
 
-from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic import (
+    AliasChoices,
+    Field,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
+from pydantic_core import ErrorDetails
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from bot.configfile import CONFIG_VARIABLE, config_file, raw_setting
+
+__all__ = ["CONFIG_VARIABLE", "Settings", "config_file", "get_settings", "raw_setting"]
 
 
 def data_dir() -> Path:
@@ -37,9 +49,12 @@ def _default_spool_dir() -> Path:
 
 
 class Settings(BaseSettings):
-    """All configuration. Environment: `INFERBOT_<FIELD>` (e.g. `INFERBOT_DATABASE_URL`)."""
+    """All configuration. Environment: `INFERBOT_<FIELD>` (e.g. `INFERBOT_DATABASE_URL`), then
+    the settings file (`config_file()`), then the defaults."""
 
-    model_config = SettingsConfigDict(env_prefix="INFERBOT_", extra="ignore")
+    # An empty variable means unset: compose files and .env templates pass `VAR=` through.
+    model_config = SettingsConfigDict(env_prefix="INFERBOT_", extra="ignore",
+                                      env_ignore_empty=True)
 
     # SQLite by default (no set-up); `postgresql://...` or `postgresql+psycopg://...` in production.
     database_url: str = Field(default_factory=_default_database_url)
@@ -48,6 +63,9 @@ class Settings(BaseSettings):
     spool_dir: Path = Field(default_factory=_default_spool_dir)
     # A site's own knowledge-base folder, layered over the bundled one.
     kb_path: str | None = None
+    # The hosts inferbot may collect from (YAML; bot.collect.inventory reads it via raw_setting);
+    # unset: ~/.config/inferbot/hosts.yaml.
+    inventory: Path | None = None
 
     # --- Slack (`inferbot serve`). Tokens also read Slack's own variable names. ---
     bot_token: SecretStr | None = Field(
@@ -72,12 +90,77 @@ class Settings(BaseSettings):
     # Threads doing the work behind the 3-second ack (diagnosis, collection, uploads).
     workers: int = Field(default=4, ge=1, le=64)
 
+    # --- Logs (`inferbot serve`): one line per record, redacted; json for log shippers.
+    log_format: Literal["text", "json"] = "text"
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+    def __init__(self, **values: Any) -> None:
+        # The file is looked up on every construction, not at import, so a process (or a test)
+        # that changes INFERBOT_CONFIG gets the file it names.
+        values.setdefault("_env_file", config_file())
+        super().__init__(**values)
+
+    @field_validator("log_format", "log_level", mode="before")
+    @classmethod
+    def _case_blind(cls, value: object, info: ValidationInfo) -> object:
+        """`json`, `JSON`, `info`: operators type these every way; the meaning is the same."""
+        if not isinstance(value, str):
+            return value
+        value = value.strip()
+        return value.lower() if info.field_name == "log_format" else value.upper()
+
     @field_validator("allowed_users", "allowed_usergroups", "allowed_channels", mode="before")
     @classmethod
     def _comma_list(cls, value: object) -> object:
         if isinstance(value, str):
             return [part.strip() for part in value.split(",") if part.strip()]
         return value
+
+
+def env_names(field: str) -> list[str]:
+    """The environment variables that set `field`, preferred first (what an error must name)."""
+    info = Settings.model_fields[field]
+    alias = info.validation_alias
+    if isinstance(alias, AliasChoices):
+        return [str(choice) for choice in alias.choices]
+    return [f"INFERBOT_{field.upper()}"]
+
+
+def describe_errors(exc: ValidationError) -> list[str]:
+    """One line per invalid setting, naming its variable and what is expected, e.g.
+    `INFERBOT_WORKERS=abc: expected a whole number`. pydantic's own text names
+    the Python field and spans lines; an operator edits environment variables, not fields."""
+    lines = []
+    for err in exc.errors(include_url=False):
+        field = str(err["loc"][0]) if err["loc"] else ""
+        if field not in Settings.model_fields:  # an alias: map it back to its field
+            field = next((name for name in Settings.model_fields if field in env_names(name)),
+                         field)
+        names = env_names(field) if field in Settings.model_fields else [field.upper()]
+        # The variable that is set, as the operator typed it (validators may have normalised
+        # the input already); secrets are named, never shown.
+        name = next((n for n in names if n in os.environ), names[0])
+        value = os.environ.get(name, err.get("input"))
+        shown = f"={value}" if isinstance(value, str | int | float) and not isinstance(
+            value, bool) and "token" not in field and "secret" not in field else ""
+        lines.append(f"{name}{shown}: {_expected(err)}")
+    return lines
+
+
+def _expected(err: ErrorDetails) -> str:
+    """What the variable should hold, in an operator's words."""
+    ctx = err.get("ctx") or {}
+    kind = err["type"]
+    if kind in ("int_parsing", "int_from_float", "int_type"):
+        return "expected a whole number"
+    if kind in ("greater_than_equal", "less_than_equal", "greater_than", "less_than"):
+        bound = next(iter(ctx.values()), "?")
+        word = {"greater_than_equal": "at least", "less_than_equal": "at most",
+                "greater_than": "more than", "less_than": "less than"}[kind]
+        return f"expected a number {word} {bound}"
+    if kind == "literal_error":
+        return f"expected one of {ctx.get('expected', '')}"
+    return f"{err['msg'][0].lower()}{err['msg'][1:]}" if err["msg"] else "invalid"
 
 
 @lru_cache(maxsize=1)

@@ -37,6 +37,7 @@ from pydantic import (
     model_validator,
 )
 
+from bot.configfile import raw_setting
 from bot.kb.yamlio import KBError, load
 
 # One label-ish token: letters, digits, dot, dash, underscore; it cannot start with a dot or a
@@ -136,9 +137,9 @@ class Target(_Model):
 
 
 def default_path() -> Path:
-    env = os.environ.get("INFERBOT_INVENTORY", "").strip()
-    if env:
-        return Path(env).expanduser()
+    named = raw_setting("INFERBOT_INVENTORY")
+    if named:
+        return Path(named).expanduser()
     base = os.environ.get("XDG_CONFIG_HOME", "").strip() or str(Path.home() / ".config")
     return Path(base) / "inferbot" / "hosts.yaml"
 

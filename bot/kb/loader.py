@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from bot.configfile import raw_setting
 from bot.kb.errors import KBError
 from bot.kb.safety import derive_anchor
 from bot.kb.schema import Cause, ExampleSet, KBMeta, Problem, template_fields
@@ -25,7 +26,15 @@ from bot.kb.schema import Cause, ExampleSet, KBMeta, Problem, template_fields
 if TYPE_CHECKING:
     from bot.kb.yamlio import Doc
 
-SHIPPED = Path(__file__).resolve().parent.parent.parent / "knowledge"
+def _shipped() -> Path:
+    """The shipped KB: inside the installed package (a wheel carries it as bot/knowledge), else
+    at the top of the source tree (a checkout, an editable install)."""
+    package = Path(__file__).resolve().parent.parent
+    installed = package / "knowledge"
+    return installed if installed.is_dir() else package.parent / "knowledge"
+
+
+SHIPPED = _shipped()
 CACHE_FORMAT = 2
 
 
@@ -57,7 +66,7 @@ class KB:
 def kb_roots(extra: str | None = None) -> list[Path]:
     """The shipped folder first, then site folders from INFERBOT_KB_PATH (os.pathsep list)."""
     roots = [SHIPPED]
-    spec = extra if extra is not None else os.environ.get("INFERBOT_KB_PATH", "")
+    spec = extra if extra is not None else raw_setting("INFERBOT_KB_PATH") or ""
     for part in spec.split(os.pathsep):
         if part.strip():
             roots.append(Path(part).expanduser())
