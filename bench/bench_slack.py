@@ -90,7 +90,7 @@ def main() -> int:
                         database_url=f"sqlite:///{Path(tmp.name) / 'bench.db'}",
                         spool_dir=Path(tmp.name) / "spool")
     bot = build(settings, http=True)
-    server = http_server(bot.app, "127.0.0.1", 0)
+    server = http_server(bot, "127.0.0.1", 0)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{server.server_port}{EVENTS_PATH}"
     post(url, payload(999_999), retry=False)  # warm-up: KB load, schema, first chart

@@ -114,6 +114,9 @@ def _record(d: Diagnosis, source: str) -> str | None:
 
 
 def _one_line(exc: BaseException) -> str:
+    invalid = _invalid_settings(exc)
+    if invalid:
+        return invalid
     text = str(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
 
@@ -254,12 +257,27 @@ def _kb_show(kb: KB, ident: str | None) -> int:
     return EXIT_OK
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    """Check the deployment's configuration; one line per finding, what to fix in each."""
+    from bot.doctor import failed, run_all
+
+    findings = run_all(http=args.http, slack_timeout_s=args.timeout)
+    for f in findings:
+        if f.level != "ok" or args.verbose:
+            sys.stdout.write(f.line() + "\n")
+    broken = failed(findings)
+    problems = sum(f.level == "fail" for f in findings)
+    sys.stdout.write(f"{problems} problem(s) to fix\n" if broken else "all checks passed\n")
+    return EXIT_FAIL if broken else EXIT_OK
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from bot.config import get_settings
     from bot.slack.app import StartupError, run
 
+    settings = get_settings()  # invalid settings: main's one-line message, not a usage error
     try:
-        run(get_settings(), http=args.http, bind=args.bind, port=args.port)
+        run(settings, http=args.http, bind=args.bind, port=args.port)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     except StartupError as exc:
@@ -326,6 +344,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "db": cmd_db,
     "check": cmd_check,
     "serve": cmd_serve,
+    "doctor": cmd_doctor,
 }
 
 
@@ -440,6 +459,20 @@ def build_parser() -> argparse.ArgumentParser:
                    help="serve the Events API endpoint /slack/events instead of Socket Mode")
     p.add_argument("--port", type=int, default=3000, help="HTTP port (default 3000; 0 = any)")
     p.add_argument("--bind", default="0.0.0.0", help="HTTP address (default 0.0.0.0)")
+    p = sub.add_parser("doctor", help="check tokens, database, inventory and KB; say what to fix",
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       description="Check the configuration `inferbot serve` will run with: "
+                                   "every INFERBOT_* variable, the Slack tokens (format, and "
+                                   "auth.test where Slack is reachable), the database "
+                                   "(reachable, migrated), the inventory (each host's key in "
+                                   "known_hosts) and the knowledge base. One line per "
+                                   "problem; exit 1 if anything is broken.",
+                       epilog="examples:\n  inferbot doctor\n  inferbot doctor --http -v\n")
+    p.add_argument("--http", action="store_true",
+                   help="check for HTTP mode (signing secret) instead of Socket Mode")
+    p.add_argument("--timeout", type=float, default=5.0, metavar="S",
+                   help="seconds to wait for Slack's auth.test (default 5)")
+    p.add_argument("-v", "--verbose", action="store_true", help="also print what is fine")
     p = sub.add_parser("check", help="collect from GPU hosts over SSH (or --local) and diagnose",
                        formatter_class=argparse.RawDescriptionHelpFormatter,
                        description="Collect GPU state, the server's flags and logs and the "
@@ -462,6 +495,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Commands that cannot run without valid Settings: they are read before the command starts, so
+# an invalid variable is one line naming it, not a failure halfway through. (`diagnose`
+# answers first and only warns that storing failed; `doctor` reports every variable itself.)
+_NEEDS_SETTINGS = frozenset({"history", "resolve", "db", "check", "serve"})
+
+
+def _invalid_settings(exc: BaseException) -> str | None:
+    """One line naming each invalid INFERBOT_* variable, if `exc` is Settings' validation
+    error (pydantic is imported only when some ValueError reaches here)."""
+    if not isinstance(exc, ValueError):
+        return None
+    from pydantic import ValidationError
+
+    if not isinstance(exc, ValidationError) or exc.title != "Settings":
+        return None
+    from bot.config import describe_errors
+
+    return (f"invalid configuration: {'; '.join(describe_errors(exc))} "
+            "(`inferbot doctor` checks it all)")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -469,6 +523,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
     try:
+        if args.command in _NEEDS_SETTINGS:
+            from bot.config import get_settings
+
+            get_settings()
         return COMMANDS[args.command](args)
     except UsageError as exc:
         sys.stderr.write(f"inferbot: {exc}\n")
@@ -476,6 +534,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Failure as exc:
         sys.stderr.write(f"inferbot: {exc}\n")
         return EXIT_FAIL
+    except ValueError as exc:
+        invalid = _invalid_settings(exc)
+        if invalid is None:
+            raise  # not configuration: a bug, keep the traceback
+        sys.stderr.write(f"inferbot: {invalid}\n")
+        return EXIT_USAGE
     except KeyboardInterrupt:
         sys.stderr.write("inferbot: interrupted\n")
         return 130

@@ -6,15 +6,24 @@ parsed into a pydantic model, and the work is handed to `Worker` on a bounded th
 opening a modal happens in the listener itself, because a `trigger_id` expires in 3 s.
 
 Logging: event kinds and ids only. Payload bodies never reach a log: slack_sdk's and Bolt's
-DEBUG output (which includes request bodies) is held at INFO.
+DEBUG output (which includes request bodies) is held at INFO, exceptions are logged as their
+type and a redacted first line (`bot.logs.describe_exception`), and `inferbot serve` passes
+every record through the redacting handler of `bot.logs`.
+
+Metrics (`bot.metrics`, GET /metrics in HTTP mode): diagnoses by problem, reply latency,
+Slack API errors (counted in the Web API client itself, whatever called it), dedup hits.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import math
 import re
 import signal
 import sys
+import threading
+import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -30,8 +39,12 @@ from slack_bolt.error import BoltError
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry import ConnectionErrorRetryHandler, RateLimitErrorRetryHandler
+from slack_sdk.web import SlackResponse
 
+from bot import metrics
 from bot.config import Settings
+from bot.logs import configure as configure_logging
+from bot.logs import describe_exception
 from bot.render.text import numbers
 from bot.schema import Diagnosis
 from bot.slack import backend, blocks
@@ -63,6 +76,11 @@ _USER_SUBTYPES = frozenset({None, "file_share", "thread_broadcast"})
 
 # --------------------------------------------------------------------------- the work
 
+def _count(d: Diagnosis) -> None:
+    """One answered diagnosis, by its top problem: what the fleet keeps hitting."""
+    metrics.DIAGNOSES.inc(d.problems[0].id if d.problems else "none")
+
+
 def _collectable(d: Diagnosis) -> str | None:
     """The host a "Collect from HOST" button may name (an inventory-shaped name only)."""
     return d.host if d.host and HOST_RE.match(d.host) else None
@@ -89,8 +107,7 @@ class Worker:
         try:
             fn(*args)
         except Exception as exc:  # the last line of defence: log the type, never a payload
-            log.error("%s failed: %s: %s", fn.__name__, type(exc).__name__,
-                      backend.redact(str(exc))[:300])
+            log.error("%s failed: %s", fn.__name__, describe_exception(exc))
 
     # ----- posting
 
@@ -126,7 +143,11 @@ class Worker:
 
     # ----- messages (mentions, DMs)
 
-    def on_message(self, msg: MessageEvent, bot_user_id: str | None) -> None:
+    def on_message(self, msg: MessageEvent, bot_user_id: str | None,
+                   received: float | None = None) -> None:
+        """Answer one message (once across replicas); `received` (time.monotonic() when the
+        request arrived) starts the reply-latency clock, so queueing behind a burst counts."""
+        started = received if received is not None else time.monotonic()
         if not self.dedup.claim(message_key(msg.channel, msg.ts)):
             log.info("duplicate delivery of %s/%s ignored", msg.channel, msg.ts)
             return
@@ -140,6 +161,7 @@ class Worker:
             self.post(msg.channel, msg.thread, self.quick(req, msg.channel, msg.thread, user))
             if req.verb == "size":
                 self.submit(self.size_chart, req.args, msg.channel, msg.thread)
+        metrics.REPLY_SECONDS.observe(time.monotonic() - started, req.verb)
 
     def quick(self, req: Request, channel: str, thread: str | None, user: str) -> Reply:
         """The verbs answered from the store, the KB or the calculators (no collection)."""
@@ -207,6 +229,7 @@ class Worker:
         history_line, incident_id = self.remember(d, channel, thread, user)
         reply = blocks.answer(d, history_line=history_line, incident_id=incident_id,
                               host=d.host, can_collect_from=_collectable(d))
+        _count(d)
         extra = [blocks.context(blocks.esc(n)) for n in notes]
         if extra and len(reply.blocks) + len(extra) <= blocks.MAX_BLOCKS:
             reply = reply.model_copy(update={"blocks": reply.blocks + extra})
@@ -273,6 +296,7 @@ class Worker:
         history_line, incident_id = self.remember(d, channel, "", user)
         reply = blocks.answer(d, history_line=history_line, incident_id=incident_id,
                               host=d.host, can_collect_from=_collectable(d))
+        _count(d)
         respond(text=reply.text, blocks=reply.blocks, response_type="in_channel")
 
     @staticmethod
@@ -405,13 +429,28 @@ class Worker:
 
 # --------------------------------------------------------------------------- the app
 
+class _CountingClient(WebClient):
+    """A WebClient that counts failed calls (after its own retries) in
+    inferbot_slack_api_errors_total: one place sees every call the worker makes."""
+
+    def api_call(self, api_method: str, **kwargs: Any) -> SlackResponse:
+        try:
+            return super().api_call(api_method, **kwargs)
+        except SlackApiError as exc:
+            metrics.SLACK_API_ERRORS.inc(api_method, str(exc.response.get("error") or "http"))
+            raise
+        except (URLError, OSError):
+            metrics.SLACK_API_ERRORS.inc(api_method, "connection")
+            raise
+
+
 def web_client(settings: Settings) -> WebClient:
     """The Web API client: bot token, optional base URL, and retries on 429 (Retry-After)
     and on dropped connections."""
     kwargs: dict[str, Any] = {}
     if settings.slack_api_url:
         kwargs["base_url"] = settings.slack_api_url
-    return WebClient(
+    return _CountingClient(
         token=settings.bot_token.get_secret_value() if settings.bot_token else None,
         retry_handlers=[ConnectionErrorRetryHandler(),
                         RateLimitErrorRetryHandler(max_retry_count=RATE_LIMIT_RETRIES)],
@@ -473,13 +512,12 @@ def build(settings: Settings, *, http: bool) -> SlackBot:
 def register(app: App, worker: Worker) -> None:
     @app.error
     def on_error(error: Exception) -> None:
-        log.error("listener error: %s: %s", type(error).__name__,
-                  backend.redact(str(error))[:300])
+        log.error("listener error: %s", describe_exception(error))
 
     @app.event("app_mention")
     def on_mention(event: dict[str, Any], context: BoltContext) -> None:
         msg = MessageEvent.model_validate(event)
-        worker.submit(worker.on_message, msg, context.bot_user_id)
+        worker.submit(worker.on_message, msg, context.bot_user_id, time.monotonic())
 
     @app.event("message")
     def on_message(event: dict[str, Any], context: BoltContext) -> None:
@@ -489,7 +527,7 @@ def register(app: App, worker: Worker) -> None:
         if msg.bot_id or not msg.user or msg.subtype not in _USER_SUBTYPES:
             return
         if mentioned or msg.channel_type == "im":
-            worker.submit(worker.on_message, msg, bot)
+            worker.submit(worker.on_message, msg, bot, time.monotonic())
 
     @app.command(SLASH_COMMAND)
     def on_command(ack: Ack, command: dict[str, Any], respond: Respond) -> None:
@@ -562,24 +600,59 @@ class _ThreadingWSGIServer(ThreadingMixIn, WSGIServer):
     request_queue_size = 256
 
 
-def wsgi_app(app: App) -> Callable[..., Iterable[bytes]]:
-    """Slack's endpoint at /slack/events (events, commands, interactivity), /healthz for
-    load balancers."""
-    slack = SlackRequestHandler(app)
+class Health:
+    """/healthz's answer: the process is up (always 200, so a load balancer keeps a replica
+    that can still answer), and whether the database is reachable ("degraded" when not: answers
+    go on, incidents wait in the spool). The database is probed at most every PROBE_EVERY_S
+    seconds, however often the balancers ask, and one probe at a time."""
+
+    PROBE_EVERY_S = 10.0
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._lock = threading.Lock()
+        self._checked = -math.inf
+        self._problem: str | None = None
+
+    def report(self) -> dict[str, str]:
+        with self._lock:
+            now = time.monotonic()
+            if now - self._checked >= self.PROBE_EVERY_S:
+                self._problem = backend.database_problem(self.settings)
+                self._checked = time.monotonic()
+            problem = self._problem
+        if problem is None:
+            return {"status": "ok", "database": "ok"}
+        return {"status": "degraded", "database": f"unavailable: {problem}"}
+
+
+def wsgi_app(bot: SlackBot) -> Callable[..., Iterable[bytes]]:
+    """Slack's endpoint at /slack/events (events, commands, interactivity); /healthz for load
+    balancers; /metrics for Prometheus (this process's own figures)."""
+    slack = SlackRequestHandler(bot.app)
+    health = Health(bot.worker.settings)
 
     def application(environ: dict[str, Any], start_response: Callable[..., Any]
                     ) -> Iterable[bytes]:
-        if environ.get("PATH_INFO") == "/healthz":
-            start_response("200 OK", [("Content-Type", "text/plain")])
-            return [b"ok\n"]
+        path = environ.get("PATH_INFO")
+        if path == "/healthz":
+            body = json.dumps(health.report()).encode() + b"\n"
+            start_response("200 OK", [("Content-Type", "application/json"),
+                                      ("Content-Length", str(len(body)))])
+            return [body]
+        if path == "/metrics":
+            body = metrics.exposition().encode()
+            start_response("200 OK", [("Content-Type", metrics.CONTENT_TYPE),
+                                      ("Content-Length", str(len(body)))])
+            return [body]
         return slack(environ, start_response)
 
     return application
 
 
-def http_server(app: App, host: str, port: int) -> WSGIServer:
-    """A threaded WSGI server for the app; `serve_forever()` runs it."""
-    return make_server(host, port, wsgi_app(app), server_class=_ThreadingWSGIServer,
+def http_server(bot: SlackBot, host: str, port: int) -> WSGIServer:
+    """A threaded WSGI server for the bot; `serve_forever()` runs it."""
+    return make_server(host, port, wsgi_app(bot), server_class=_ThreadingWSGIServer,
                        handler_class=_QuietHandler)
 
 
@@ -595,13 +668,12 @@ def socket_mode(app: App, settings: Settings) -> Any:
 def run(settings: Settings, *, http: bool, bind: str, port: int) -> None:
     """`inferbot serve`: Socket Mode (blocks on the WebSocket) or the HTTP endpoint. SIGTERM
     stops taking requests and finishes the answers in flight."""
-    logging.basicConfig(level=logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(settings)
     bot = build(settings, http=http)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
         if http:
-            server = http_server(bot.app, bind, port)
+            server = http_server(bot, bind, port)
             log.info("listening on http://%s:%d%s", bind, server.server_port, EVENTS_PATH)
             server.serve_forever()
         else:

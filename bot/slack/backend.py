@@ -50,9 +50,14 @@ def diagnose_text(text: str, *, host: str | None, channel: str, thread: str,
 
 def collect_and_diagnose(host: str, *, channel: str, thread: str, user: str) -> Diagnosis:
     """`check HOST`: collect over SSH (inventory hosts only, read-only catalog) and diagnose."""
-    from bot.collect import check
+    from bot import metrics
+    from bot.collect import CollectFailed, check
 
-    return check(host, kb=kb(), channel=channel, thread=thread, user=user, source="slack")
+    try:
+        return check(host, kb=kb(), channel=channel, thread=thread, user=user, source="slack")
+    except CollectFailed:
+        metrics.SSH_ERRORS.inc()
+        raise
 
 
 def size(q: SizeQuery) -> SizeReport:
@@ -98,6 +103,21 @@ def store_engine(settings: Settings) -> Engine:
     from bot.store import open_store
 
     return open_store(settings)
+
+
+def database_problem(settings: Settings) -> str | None:
+    """Why the database cannot be used right now (one line), or None when `SELECT 1` works.
+    A cheap probe for /healthz: no migration, no spool drain."""
+    from sqlalchemy import text
+
+    from bot.store.db import StoreUnavailable, connectivity, get_engine
+
+    try:
+        with connectivity(), get_engine(settings.database_url).connect() as conn:
+            conn.execute(text("SELECT 1"))
+    except StoreUnavailable as exc:
+        return redact(str(exc))
+    return None
 
 
 def claim_key(key: str, settings: Settings, prune_before: datetime | None) -> bool:

@@ -20,6 +20,7 @@ import time
 from collections import OrderedDict
 from datetime import UTC, datetime, timedelta
 
+from bot import metrics
 from bot.config import Settings
 from bot.slack import backend
 
@@ -56,6 +57,7 @@ class Dedup:
 
     def claim(self, key: str) -> bool:
         if not self._remember(key):
+            metrics.DEDUP_HITS.inc("local")
             return False
         now = time.monotonic()
         prune = None
@@ -63,8 +65,11 @@ class Dedup:
             self._last_prune = now
             prune = datetime.now(UTC) - KEEP
         try:
-            return backend.claim_key(key, self._settings, prune)
+            claimed = backend.claim_key(key, self._settings, prune)
         except backend.store_down_errors() as exc:
             log.warning("dedup: database unavailable (%s); this replica answers on its own",
                         type(exc).__name__)
             return True
+        if not claimed:
+            metrics.DEDUP_HITS.inc("database")
+        return claimed

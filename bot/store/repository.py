@@ -41,6 +41,7 @@ from sqlalchemy.exc import IntegrityError, OperationalError, SQLAlchemyError
 
 from bot.config import Settings, get_settings
 from bot.fingerprint import fingerprint, signature_line
+from bot.logs import describe_exception
 from bot.schema import Diagnosis, Source, to_data
 from bot.store import spool
 from bot.store.db import (
@@ -447,7 +448,10 @@ def drain(engine: Engine, settings: Settings | None = None) -> int:
                     else:
                         raise ValueError(f"unknown spool entry kind {entry['kind']!r}")
             except (SQLAlchemyError, ValueError, KeyError, TypeError) as exc:
-                log.warning("spool entry %s rejected, moved aside: %s", path, exc)
+                # the first line only: SQLAlchemy appends the statement's parameters (an
+                # incident's excerpt) to its message
+                log.warning("spool entry %s rejected, moved aside: %s", path,
+                            describe_exception(exc))
                 spool.quarantine(path)
                 continue
             path.unlink(missing_ok=True)

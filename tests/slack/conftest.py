@@ -4,6 +4,10 @@ endpoint on a loopback port, and signed requests."""
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
+import sys
 import threading
 import time
 import urllib.error
@@ -23,10 +27,7 @@ from tests.slack.fakes import BOT_TOKEN, FakeSlack
 
 SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
 ALLOWED = "U0ALICE001"
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "slack: needs the real Bolt HTTP endpoint on loopback")
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -93,7 +94,7 @@ def serving(settings: Settings, fake: FakeSlack) -> Iterator[Endpoint]:
     from bot.slack.app import EVENTS_PATH, build, http_server
 
     bot = build(settings, http=True)
-    server = http_server(bot.app, "127.0.0.1", 0)
+    server = http_server(bot, "127.0.0.1", 0)
     threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
                      daemon=True).start()
     try:
@@ -108,3 +109,40 @@ def serving(settings: Settings, fake: FakeSlack) -> Iterator[Endpoint]:
 def endpoint(settings: Settings, fake: FakeSlack) -> Iterator[Endpoint]:
     with serving(settings, fake) as ep:
         yield ep
+
+
+def serve_env(fake: FakeSlack, tmp_path: Path, **extra: str) -> dict[str, str]:
+    """The environment of an `inferbot serve` process: this one's, minus any SLACK_/INFERBOT_
+    variable, plus tokens and URLs for the fake and an SQLite file under `tmp_path`."""
+    base = {k: v for k, v in os.environ.items()
+            if not k.startswith(("SLACK_", "INFERBOT_"))}
+    base.update(SLACK_BOT_TOKEN=BOT_TOKEN, SLACK_SIGNING_SECRET=SECRET,
+                INFERBOT_SLACK_API_URL=fake.api_url,
+                INFERBOT_DATABASE_URL=f"sqlite:///{tmp_path / 'db.sqlite'}")
+    base.update(extra)
+    return base
+
+
+@contextmanager
+def serve_process(env: dict[str, str], fake: FakeSlack
+                  ) -> Iterator[tuple[Endpoint, subprocess.Popen[str]]]:
+    """`inferbot serve --http --port 0` as a real process; its endpoint once it listens.
+    Terminated (SIGTERM, the way an orchestrator stops it) on exit."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bot.cli", "serve", "--http", "--bind", "127.0.0.1",
+         "--port", "0"], cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        port = None
+        assert proc.stderr is not None
+        while port is None and time.monotonic() < deadline:
+            line = proc.stderr.readline()
+            if not line:
+                break
+            found = re.search(r"listening on http://127\.0\.0\.1:(\d+)/slack/events", line)
+            port = int(found.group(1)) if found else None
+        assert port, "inferbot serve did not report its port"
+        yield Endpoint(f"http://127.0.0.1:{port}/slack/events", fake), proc
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)

@@ -2,53 +2,23 @@
 
 from __future__ import annotations
 
-import os
-import re
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.slack.conftest import SECRET, Endpoint
+from tests.slack.conftest import ROOT, Endpoint, serve_env, serve_process
 from tests.slack.fakes import BOT_TOKEN, FakeSlack, load
 
 pytestmark = pytest.mark.slack
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def env(fake: FakeSlack, tmp_path: Path, **extra: str) -> dict[str, str]:
-    base = {k: v for k, v in os.environ.items()
-            if not k.startswith(("SLACK_", "INFERBOT_"))}
-    base.update(SLACK_BOT_TOKEN=BOT_TOKEN, SLACK_SIGNING_SECRET=SECRET,
-                INFERBOT_SLACK_API_URL=fake.api_url,
-                INFERBOT_DATABASE_URL=f"sqlite:///{tmp_path / 'db.sqlite'}")
-    base.update(extra)
-    return base
 
 
 @pytest.fixture
 def served(fake: FakeSlack, tmp_path: Path) -> Iterator[tuple[Endpoint, subprocess.Popen[str]]]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "bot.cli", "serve", "--http", "--bind", "127.0.0.1",
-         "--port", "0"], cwd=ROOT, env=env(fake, tmp_path), stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 30
-        port = None
-        assert proc.stderr is not None
-        while port is None and time.monotonic() < deadline:
-            line = proc.stderr.readline()
-            if not line:
-                break
-            found = re.search(r"listening on http://127\.0\.0\.1:(\d+)/slack/events", line)
-            port = int(found.group(1)) if found else None
-        assert port, "inferbot serve did not report its port"
-        yield Endpoint(f"http://127.0.0.1:{port}/slack/events", fake), proc
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    with serve_process(serve_env(fake, tmp_path), fake) as running:
+        yield running
 
 
 def test_serve_http_verifies_signatures(served: tuple[Endpoint, subprocess.Popen[str]],
@@ -61,7 +31,7 @@ def test_serve_http_verifies_signatures(served: tuple[Endpoint, subprocess.Popen
 
 def test_serve_http_without_the_signing_secret_is_a_usage_error(fake: FakeSlack,
                                                                 tmp_path: Path) -> None:
-    e = env(fake, tmp_path)
+    e = serve_env(fake, tmp_path)
     del e["SLACK_SIGNING_SECRET"]
     done = subprocess.run([sys.executable, "-m", "bot.cli", "serve", "--http", "--port", "0"],
                           cwd=ROOT, env=e, capture_output=True, text=True, timeout=30)
@@ -72,7 +42,7 @@ def test_serve_http_without_the_signing_secret_is_a_usage_error(fake: FakeSlack,
 
 def test_serve_when_slack_cannot_be_reached_fails_in_one_line(fake: FakeSlack,
                                                               tmp_path: Path) -> None:
-    e = env(fake, tmp_path, INFERBOT_SLACK_API_URL="http://127.0.0.1:9/api/")
+    e = serve_env(fake, tmp_path, INFERBOT_SLACK_API_URL="http://127.0.0.1:9/api/")
     done = subprocess.run([sys.executable, "-m", "bot.cli", "serve", "--http", "--port", "0"],
                           cwd=ROOT, env=e, capture_output=True, text=True, timeout=30)
     assert done.returncode == 1

@@ -1,0 +1,110 @@
+"""Logging for `inferbot serve`: one line per record, text or JSON, and nothing secret in it.
+
+Every record goes through `RedactFilter` on the handler (a handler filter sees records from
+every logger, including slack_sdk's and Bolt's, which a logger filter would miss): the message,
+its arguments and any traceback are rendered and passed through `bot.evidence.redact`, so a
+token in an exception message or a URL with a password never reaches the log. Payload bodies
+are not logged by inferbot's own code; Bolt's warnings that print a request body are cut to
+their first words here, because they are Bolt's strings, not ours.
+
+`INFERBOT_LOG_FORMAT=json` writes one JSON object per line (ts, level, logger, message, exc),
+which log shippers parse without a grok pattern; `text` is for a terminal.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from datetime import UTC, datetime
+from typing import TextIO
+
+from pydantic import ValidationError
+
+from bot.config import Settings
+from bot.evidence.redact import redact
+
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+# Bolt warnings whose text embeds a request body (the marker, and where the body starts).
+_BODY_MARKERS = (
+    "without providing a response for the request (",
+    "Unhandled request (",
+)
+MAX_MESSAGE = 2000
+
+
+def _withhold_bodies(message: str) -> str:
+    for marker in _BODY_MARKERS:
+        at = message.find(marker)
+        if at >= 0:
+            return message[: at + len(marker)] + "body not logged)"
+    return message
+
+
+class RedactFilter(logging.Filter):
+    """Render each record once, redacted and bounded; later handlers see only that text."""
+
+    _formatter = logging.Formatter()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = _withhold_bodies(record.getMessage())
+        if len(message) > MAX_MESSAGE:
+            message = message[:MAX_MESSAGE] + " [cut]"
+        record.msg, record.args = redact(message), None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = redact(self._formatter.formatException(record.exc_info))
+        elif record.exc_text:
+            record.exc_text = redact(record.exc_text)
+        if record.stack_info:
+            record.stack_info = redact(record.stack_info)
+        return True
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        data: dict[str, object] = {
+            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+            "thread": record.threadName,
+        }
+        if record.exc_info and not record.exc_text:
+            record.exc_text = self.formatException(record.exc_info)
+        if record.exc_text:
+            data["exc"] = record.exc_text
+        return json.dumps(data, ensure_ascii=False)
+
+
+def configure(settings: Settings) -> logging.StreamHandler[TextIO]:
+    """Route every logger to one redacting stderr handler in the configured format and level.
+
+    Replaces the root logger's handlers, so calling it twice does not log twice.
+    """
+    handler = logging.StreamHandler(sys.stderr)
+    handler.addFilter(RedactFilter())
+    handler.setFormatter(JsonFormatter() if settings.log_format == "json"
+                         else logging.Formatter(TEXT_FORMAT))
+    # The handler's level too: slack_sdk and Bolt are held at INFO (bot.slack.app), and a
+    # logger's own level lets its records past the root's.
+    handler.setLevel(settings.log_level)
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(settings.log_level)
+    return handler
+
+
+def describe_exception(exc: BaseException) -> str:
+    """An exception as one log-safe line: its type and a bounded first line of its text.
+
+    pydantic's ValidationError prints the offending input (a whole Slack payload, for a model
+    of an event), so for it only the error count and locations are given.
+    """
+    if isinstance(exc, ValidationError):
+        where = ", ".join(".".join(str(p) for p in e["loc"]) for e in exc.errors()[:5])
+        return f"{type(exc).__name__}: {exc.error_count()} error(s) at {where or '-'}"
+    lines = str(exc).strip().splitlines()
+    text = redact(lines[0])[:300] if lines else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

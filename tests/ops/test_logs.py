@@ -1,0 +1,91 @@
+"""`inferbot serve`'s logs: redacted whatever logger writes them, no payload bodies, JSON on
+request."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from pydantic import BaseModel, ValidationError
+
+from bot.config import Settings
+from bot.logs import configure, describe_exception
+
+TOKEN = "xoxb-1234567890-abcdefghijkl"
+
+
+@pytest.fixture
+def logged() -> Iterator[Callable[[Settings], io.StringIO]]:
+    """configure(settings), writing into a buffer; the root logger is restored afterwards."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+
+    def start(settings: Settings) -> io.StringIO:
+        buffer = io.StringIO()
+        configure(settings).setStream(buffer)
+        return buffer
+
+    yield start
+    root.handlers[:] = handlers
+    root.setLevel(level)
+
+
+def test_every_logger_is_redacted_including_arguments_and_tracebacks(
+        logged: Callable[[Settings], io.StringIO]) -> None:
+    stream = logged(Settings(log_format="text", log_level="INFO"))
+    logging.getLogger("slack_sdk.web").info("calling with %s", f"Bearer {TOKEN}")
+    try:
+        raise RuntimeError(f"postgresql://bot:hunter22@db/x refused {TOKEN}")
+    except RuntimeError:
+        logging.getLogger("inferbot.slack").exception("failed")
+    out = stream.getvalue()
+    assert TOKEN not in out and "hunter22" not in out
+    assert "Bearer [REDACTED]" in out and "RuntimeError: postgresql://bot:[REDACTED]@db/x " \
+        "refused [REDACTED]" in out
+
+
+def test_json_lines_and_the_level(logged: Callable[[Settings], io.StringIO]) -> None:
+    stream = logged(Settings(log_format="json", log_level="WARNING"))
+    logging.getLogger("slack_sdk").setLevel(logging.INFO)  # as bot.slack.app holds it
+    logging.getLogger("slack_sdk").info("below the configured level")
+    logging.getLogger("inferbot.slack").warning("upload of %s failed: %s", "x.png", "ratelimited")
+    [line] = stream.getvalue().splitlines()
+    record = json.loads(line)
+    assert record["level"] == "WARNING" and record["logger"] == "inferbot.slack"
+    assert record["message"] == "upload of x.png failed: ratelimited" and record["ts"]
+
+
+def test_sql_and_its_parameters_are_not_logged_even_at_debug(
+        logged: Callable[[Settings], io.StringIO], tmp_path: Path) -> None:
+    from sqlalchemy import create_engine, text
+
+    """SQLAlchemy's statement log carries parameters (incident excerpts); it holds its own
+    loggers at WARNING, and INFERBOT_LOG_LEVEL=DEBUG must not undo that."""
+    stream = logged(Settings(log_level="DEBUG"))
+    with create_engine(f"sqlite:///{tmp_path / 'x.db'}").connect() as conn:
+        conn.execute(text("SELECT :excerpt"), {"excerpt": "pasted log line"})
+    assert "pasted log line" not in stream.getvalue()
+
+
+def test_bolts_request_bodies_are_withheld(logged: Callable[[Settings], io.StringIO]) -> None:
+    stream = logged(Settings())
+    body = {"type": "event_callback", "event": {"text": "HF paste with secrets"}}
+    logging.getLogger("slack_bolt.App").warning(
+        f"A global middleware (X) skipped calling either `next()` or `next_()` without "
+        f"providing a response for the request ({body})")
+    out = stream.getvalue()
+    assert "HF paste" not in out and "for the request (body not logged)" in out
+
+
+def test_a_validation_error_is_described_without_its_input() -> None:
+    class Event(BaseModel):
+        channel: str
+
+    with pytest.raises(ValidationError) as caught:
+        Event.model_validate({"channel": 5, "text": "the whole pasted log"})
+    line = describe_exception(caught.value)
+    assert line == "ValidationError: 1 error(s) at channel"
