@@ -330,7 +330,10 @@ def cmd_check(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(json.dumps({"hosts": report}, indent=2, ensure_ascii=False) + "\n")
     sys.stdout.flush()
-    if any(s.error and s.error.startswith("refused ") for s in snaps):
+    refused = [s.error for s in snaps if s.error and s.error.startswith("refused ")]
+    for reason in refused:  # bad usage: one line each on stderr too, as every command does
+        sys.stderr.write(f"inferbot: {reason}\n")
+    if refused:
         return EXIT_USAGE
     return EXIT_FAIL if any(s.error for s in snaps) else EXIT_OK
 

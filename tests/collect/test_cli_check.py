@@ -67,7 +67,11 @@ def test_chat_check_respects_the_hosts_channels(sshd: Sshd, tmp_path: Path) -> N
 def test_hostile_names_are_refused_even_without_an_inventory(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     rc = main(["check", "gpu1;id", "../x", "--inventory", str(tmp_path / "missing.yaml")])
-    out = capsys.readouterr().out
+    captured = capsys.readouterr()
     assert rc == 2
-    assert "refused 'gpu1;id': not a valid host name" in out
-    assert "refused '../x': not a valid host name" in out
+    assert "refused 'gpu1;id': not a valid host name" in captured.out
+    assert "refused '../x': not a valid host name" in captured.out
+    # and, as every bad usage, one line each on stderr
+    assert captured.err.splitlines() == [
+        "inferbot: refused 'gpu1;id': not a valid host name (letters, digits, . _ -)",
+        "inferbot: refused '../x': not a valid host name (letters, digits, . _ -)"]
