@@ -125,6 +125,11 @@ def write_chart(data: ChartData, path: str | Path) -> None:
                         fontsize=8, va="bottom")
         if data.total_gib is not None:
             gpu_ax.set_xlim(0, max(data.total_gib, left) * 1.02)
+            # where the GPU ends: what lies past this line does not fit at all
+            gpu_ax.axvline(data.total_gib, color="#c44e52", linewidth=1.5)
+            gpu_ax.text(data.total_gib, -0.38, f" GPU {data.total_gib:.2f} GiB", fontsize=8,
+                        va="bottom", color="#c44e52",
+                        bbox={"facecolor": "white", "edgecolor": "none", "pad": 1})
         gpu_ax.set_yticks([0], ["GPU"])
         gpu_ax.set_xlabel("GiB")
         gpu_ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.35), ncol=3,
