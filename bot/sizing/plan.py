@@ -222,13 +222,15 @@ def _utilization_values(facts: Facts, s: Sizing) -> dict[str, Any]:
     if cur is None or target > cur:
         out["suggested_gpu_memory_utilization"] = target
         avail = s.kv_cache_available_gib
+        # the effect with this host's numbers when they are known, else what the flag does
+        text = f"the weights + KV budget grows to {target:g} x total GPU memory"
         if cur is not None and total and avail is not None:
             grown = avail + (target - cur) * total
             text = f"{grown:.2f} GiB of KV cache (from {avail:.2f} GiB)"
             if s.kv_cache_needed_gib is not None:
                 fits = "fits" if grown >= s.kv_cache_needed_gib else "still does not fit"
                 text += f"; one request needs {s.kv_cache_needed_gib:.2f} GiB and {fits}"
-            out["utilization_effect_h"] = text
+        out["utilization_effect_h"] = text
     free = facts.free_memory_gib if facts.free_memory_gib is not None else s.extra.get(
         "free_memory_gib")
     if free is not None and total:
