@@ -8,12 +8,14 @@ Every adapter (CLI, Slack, collector) calls `diagnose` and renders or stores wha
 from __future__ import annotations
 
 import dataclasses
-from typing import BinaryIO
+import io
+from typing import Any, BinaryIO
 
 from bot.evidence import EXTRACTORS
 from bot.evidence.base import FactSink
+from bot.evidence.paste import MAX_PASTE_BYTES, Unwrapped, unwrap
 from bot.evidence.redact import redact
-from bot.evidence.scan import Scanner
+from bot.evidence.scan import SNIFF, Scanner, looks_binary
 from bot.fingerprint import fingerprint, signature_line
 from bot.kb.loader import KB
 from bot.kb.match import CompiledKB, Matcher
@@ -47,12 +49,19 @@ def compiled_kb(kb: KB) -> CompiledKB:
 
 
 def diagnose(evidence: Evidence, kb: KB, stream: BinaryIO | None = None) -> Diagnosis:
-    """Diagnose `evidence`. A large file is passed as `stream` and read in bounded chunks;
-    otherwise `evidence.text` is read."""
+    """Diagnose `evidence`. A file is passed as `stream`: up to MAX_PASTE_BYTES it is read as a
+    paste, beyond that it is scanned in bounded chunks; otherwise `evidence.text` is read."""
     sink = FactSink()
     matcher = Matcher(compiled_kb(kb))
     scanner = Scanner([*(cls() for cls in EXTRACTORS), matcher])
-    stats = scanner.scan(stream if stream is not None else evidence.text, sink)
+    source, paste = _input(evidence.text, stream, compiled_kb(kb).vocabulary)
+    stats = scanner.scan(source if paste is None else paste.text, sink)
+    if paste is not None:
+        # counted on the paste as sent, not on its rebuilt lines
+        assert isinstance(source, bytes)
+        stats.bytes = len(source)
+        stats.lines = source.count(b"\n") + (0 if source.endswith(b"\n") or not source else 1)
+        matcher.renumber(paste.raw_line)
 
     facts = _merge(sink.build(), evidence.collected)
     problems = matcher.problems(redact)
@@ -76,6 +85,39 @@ def diagnose(evidence: Evidence, kb: KB, stream: BinaryIO | None = None) -> Diag
         input=_input_stats(stats.bytes, stats.lines, stats.binary, stats.long_lines),
         excerpt=_excerpt(problems),
     )
+
+
+def _input(text: str, stream: BinaryIO | None, vocabulary: frozenset[str]
+           ) -> tuple[Any, Unwrapped | None]:
+    """What to scan: a paste (bytes, with its logical lines) or a stream too large to be one."""
+    if stream is None:
+        raw = text.encode("utf-8", "surrogateescape")
+        if len(raw) > MAX_PASTE_BYTES or looks_binary(raw[:SNIFF]):
+            return raw, None
+    else:
+        raw = stream.read(MAX_PASTE_BYTES + 1)
+        if len(raw) > MAX_PASTE_BYTES:
+            return _Rejoined(raw, stream), None
+        if looks_binary(raw[:SNIFF]):
+            return raw, None
+    return raw, unwrap(raw.decode("utf-8", "replace"), vocabulary)
+
+
+class _Rejoined(io.RawIOBase):
+    """A stream whose first bytes were already read to tell a paste from a log."""
+
+    def __init__(self, head: bytes, rest: BinaryIO) -> None:
+        self._head, self._rest = head, rest
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int = -1) -> bytes:
+        if self._head:
+            out = self._head if size < 0 else self._head[:size]
+            self._head = self._head[len(out):]
+            return out
+        return self._rest.read(size)
 
 
 def _merge(from_text: Facts, collected: Facts | None) -> Facts:

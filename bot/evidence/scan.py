@@ -45,7 +45,7 @@ class ScanStats:
     long_lines: int = 0
 
 
-def _looks_binary(head: bytes) -> bool:
+def looks_binary(head: bytes) -> bool:
     if not head:
         return False
     if b"\x00" in head:
@@ -86,7 +86,7 @@ class Scanner:
         last = b"\n"
         for chunk in _chunks(stream, limit):
             if not stats.bytes:
-                stats.binary = _looks_binary(chunk[:SNIFF])
+                stats.binary = looks_binary(chunk[:SNIFF])
             stats.bytes += len(chunk)
             last = chunk[-1:]
             line_no = self._scan_chunk(chunk, line_no, sink, follow_left, stats)

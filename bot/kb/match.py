@@ -17,6 +17,7 @@ from ahocorasick_rs import AhoCorasick
 
 from bot.evidence.base import FactSink, Line
 from bot.kb.loader import KB
+from bot.kb.phase import PhaseMarkers, PhaseTracker
 from bot.kb.schema import Signature
 from bot.lazyre import LazyPattern
 from bot.schema import ProblemMatch
@@ -43,6 +44,7 @@ class _ProblemHits:
     signature_ids: list[str] = field(default_factory=list)
     lines: list[tuple[int, str]] = field(default_factory=list)
     count: int = 0
+    phase: str | None = None  # the phase at the line that decided the problem
 
 
 class CompiledKB:
@@ -78,9 +80,28 @@ class CompiledKB:
         for i, (_, anchors) in enumerate(ctx):
             for a in anchors:
                 self.ctx_by_anchor.setdefault(a, []).append(i)
-        self.anchors = tuple(dict.fromkeys([*by_anchor, *self.ctx_by_anchor]))
+        self.phases = PhaseMarkers(kb.phases)
+        self.anchors = tuple(dict.fromkeys([*by_anchor, *self.ctx_by_anchor,
+                                            *self.phases.literals]))
         # which anchors a line holds, in one call rather than a substring test per anchor
         self.finder = AhoCorasick(list(self.anchors))
+        self._vocabulary: frozenset[str] | None = None
+
+    @property
+    def vocabulary(self) -> frozenset[str]:
+        """Words of the KB's signatures, titles and explanations and of the extractors' anchors:
+        what a wrapped paste's cut words are checked against (bot.evidence.paste)."""
+        if self._vocabulary is None:
+            from bot.evidence import EXTRACTORS
+            from bot.evidence.paste import words_of
+
+            texts = [a for cls in EXTRACTORS for a in cls.anchors]
+            for p in self.kb.problems.values():
+                texts += [p.title, p.short_answer, *(s.pattern for s in p.signatures)]
+            for c in self.kb.causes.values():
+                texts += [c.title, c.explanation]
+            self._vocabulary = frozenset(words_of(" ".join(texts)))
+        return self._vocabulary
 
 
 class Matcher:
@@ -94,12 +115,14 @@ class Matcher:
         self._ctx_last: list[int] = [-(10**9)] * len(compiled.contexts)
         self._hits: dict[str, _ProblemHits] = {}
         self.signatures_seen: set[str] = set()
+        self.phase = PhaseTracker(compiled.phases)
 
     def feed(self, line: Line, sink: FactSink) -> None:
         text = line.text
         comp = self.compiled
         present = {comp.anchors[idx] for idx, _, _ in
                    comp.finder.find_matches_as_indexes(text, overlapping=True)}
+        self.phase.see(text, line.no, present)
         for anchor in present:
             for i in comp.ctx_by_anchor.get(anchor, ()):
                 if comp.contexts[i][0].search(text):
@@ -109,14 +132,18 @@ class Matcher:
             candidates.update(comp.by_anchor.get(anchor, ()))
         if not candidates:
             return
+        phase = self.phase.phase_at(text, line.no)
         matched = [comp.signatures[i] for i in sorted(candidates)
-                   if self._applies(comp.signatures[i], text, line.no)]
+                   if self._applies(comp.signatures[i], text, line.no, phase)]
         if any(not cs.sig.fallback for cs in matched):
             matched = [cs for cs in matched if not cs.sig.fallback]
         for cs in matched:
-            self._record(cs, line)
+            self._record(cs, line, phase)
 
-    def _applies(self, cs: CompiledSignature, text: str, line_no: int) -> bool:
+    def _applies(self, cs: CompiledSignature, text: str, line_no: int, phase: str | None
+                 ) -> bool:
+        if cs.sig.phases and phase not in cs.sig.phases:
+            return False
         if not cs.regex.search(text):
             return False
         ctx = cs.sig.context
@@ -127,7 +154,7 @@ class Matcher:
             return False
         return not any(self._ctx_last[i] >= lo for i in cs.ctx_none)
 
-    def _record(self, cs: CompiledSignature, line: Line) -> None:
+    def _record(self, cs: CompiledSignature, line: Line, phase: str | None) -> None:
         self.signatures_seen.add(cs.sig.id)
         hits = self._hits.setdefault(cs.problem_id, _ProblemHits())
         kind = KIND_RANK[cs.sig.kind]
@@ -136,6 +163,7 @@ class Matcher:
             hits.best_kind, hits.best_weight = kind, cs.sig.weight
         if kind == hits.best_kind:
             hits.last_line = max(hits.last_line, line.no)
+            hits.phase = phase
         if cs.sig.id not in hits.signature_ids:
             hits.signature_ids.append(cs.sig.id)
         # keep the first line and the latest ones: the first shows where it began, the
@@ -148,6 +176,13 @@ class Matcher:
 
     def finish(self, sink: FactSink) -> None:
         """Nothing to flush: results are read with `problems()`."""
+
+    def renumber(self, raw_line: Callable[[int], int]) -> None:
+        """Report lines by their number in the input as sent (a paste's logical lines were
+        scanned; `raw_line` maps one to where it began)."""
+        for hits in self._hits.values():
+            hits.lines = [(raw_line(no), text) for no, text in hits.lines]
+            hits.last_line = raw_line(hits.last_line) if hits.last_line else 0
 
     def problems(self, redact: Callable[[str], str] | None = None) -> list[ProblemMatch]:
         ranked = sorted(self._hits.items(),
@@ -164,5 +199,6 @@ class Matcher:
             out.append(ProblemMatch(
                 id=pid, title=problem.title, confidence=confidence,
                 evidence=lines, line_numbers=[n for n, _ in hits.lines],
-                summary=problem.short_answer.strip(), signature_ids=list(hits.signature_ids)))
+                summary=problem.short_answer.strip(), signature_ids=list(hits.signature_ids),
+                phase=hits.phase))
         return out

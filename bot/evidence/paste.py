@@ -1,0 +1,264 @@
+"""Pastes as people paste them: one logical line per message, whatever the transport did.
+
+A message reaches inferbot cut and decorated: a terminal or Slack hard-wraps it mid-word at a
+fixed width, an editor re-flows it at spaces, Ray, vLLM's multiprocess workers and docker
+compose put their prefix on every fragment (`(EngineCore_DP0 pid=1) ERROR 11-30 10:00:01
+[core.py:700] `, `vllm-1  | `), CI viewers and kubectl add timestamps (`[2026-08-30T12:56:32Z]
+`, `  | `), Markdown quotes add `> `, and Python 3.11 adds `^^^^` marker lines. Signatures and
+extractors read one line at a time, so a message split over lines would otherwise be missed or
+read with half its numbers.
+
+`unwrap` rebuilds logical lines: transport decorations (quotes, CI pipes, timestamps, compose
+service names) are dropped from every line; a log prefix is kept on a message's first fragment
+and dropped from the fragments that continue it. A line continues the one before when the
+paste is wrapped at a width (the previous line reaches it) or re-flowed (the previous line
+stops mid-sentence and this one does not start a new record), and both carry the same prefix.
+The result keeps, for every logical line, the number of the raw line it began on, so evidence
+still points at the paste the user sent.
+
+Everything here is bounded and linear: prefixes are matched with bounded patterns at the start
+of a line only, and a logical line never grows past MAX_LINE_CHARS.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bot.evidence.text import MAX_LINE_CHARS, normalize_line
+from bot.lazyre import lazy
+
+# Pastes up to this size are unwrapped; a larger input is a machine's log (`docker logs`,
+# a log file), whose lines are whole, and is scanned as it is.
+MAX_PASTE_BYTES = 4 * 1024 * 1024
+
+# Decorations added by whatever carried the text: dropped from every line.
+_TRANSPORT = lazy(
+    r"(?:>{1,3}(?: |(?=\S)|$)"  # Markdown / e-mail quotes
+    r"|\s{0,6}\|(?: |$)"  # CI log viewers ("  | "), Buildkite
+    r"|\[\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?Z?\] "  # [2026-08-30T12:56:32Z]
+    r"|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?Z? (?=\S)"  # kubectl / docker --timestamps
+    r"|[A-Za-z][\w.-]{0,40}[-_]\d{1,3}\s{1,16}\| )"  # docker compose: "vllm-1  | "
+)
+# Prefixes a logger puts on every line of a message: kept on its first line only.
+_LOG = lazy(
+    r"(?:\((?:[A-Za-z_][\w.-]{0,60}(?:,? (?:rank|pid|ip|node|replica)=[\w.:/-]{1,60}){1,4}"
+    r"|raylet|gcs_server|autoscaler|dashboard|monitor)\) "  # Ray / vLLM process tags
+    r"|\[rank\d{1,5}\]: ?"  # torchrun
+    r"|(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL) {1,2}\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{1,6})?"
+    r" (?:\[[\w./-]{1,80}:\d{1,6}\]|[\w./-]{1,80}:\d{1,6}\]) "  # vLLM's logger
+    r"|\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d{1,6})?(?: [A-Z]{2}\d{1,5}){0,4}\] "  # SGLang
+    r"|\[[EWIF]\d{4} \d\d:\d\d:\d\d\.\d{1,9} [\w.]{1,80}:\d{1,6}\] "  # glog (torch c10d)
+    r"|[\w.-]{1,80}:\d{1,8}:\d{1,8} \[\d{1,3}\] )"  # NCCL: host:pid:tid [dev]
+)
+_MAX_PREFIXES = 6
+_CARETS = lazy(r"^\s{0,200}[\^~]{3,1000}\s{0,20}$")
+# A line that begins a new record rather than continuing the previous message.
+_RECORD = lazy(
+    r"(?:Traceback \(most recent|\s{0,8}File \"|During handling|The above exception"
+    r"|[A-Z][\w.]{0,80}(?:Error|Exception|Warning|Interrupt|Exit|Failure)\b:?"
+    r"|(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\b|\d{4}-\d\d-\d\d|\d\d-\d\d \d\d:"
+    r"|[-*+] |\d{1,2}[.)] |#{1,6} |```|\$ |\||\+-|={3}|-{3}|NCCL |\[|\{|<)")
+# A line that is whole on its own: a key and its value, a process's last word.
+_STANDALONE = lazy(r"\s{0,40}[\w.-]{1,60}\s{0,4}[:=]\s{0,4}\S{1,80}\s{0,4}$"
+                   r"|(?:Killed|Aborted|Terminated|Segmentation fault|Bus error)\b")
+# A re-flowed line ends mid-sentence; these end a sentence, a value or a bracket.
+_CLOSED = (".", ":", "!", "?", ";", ")", "]", "}", "\"", "'", "%", "。", "：", "！", "？", "）")
+_MIN_WIDTH = 50
+_WORD = lazy(r"[A-Za-z][A-Za-z0-9_]{1,40}")
+_TAIL_WORD = lazy(r"[A-Za-z0-9_]{1,60}$")
+_HEAD_WORD = lazy(r"[A-Za-z0-9_]{1,60}")
+_SUFFIXES = frozenset({"s", "es", "ed", "ing", "ion", "ions", "tion", "tions", "er", "ers", "ly",
+                       "ment", "ness", "able", "ity"})
+# Short words of English prose that a domain vocabulary may not hold.
+COMMON_WORDS = frozenset({
+    "a", "an", "and", "are", "as", "at", "be", "been", "but", "by", "can", "cannot", "could",
+    "did", "do", "does", "for", "from", "had", "has", "have", "how", "i", "if", "in", "into",
+    "is", "it", "its", "may", "more", "most", "my", "no", "not", "of", "on", "or", "our",
+    "out", "so", "than", "that", "the", "then", "there", "these", "this", "to", "too", "up",
+    "use", "used", "using", "was", "we", "were", "what", "when", "which", "while", "why",
+    "will", "with", "would", "you", "your"})
+
+
+@dataclass(frozen=True, slots=True)
+class Unwrapped:
+    text: str
+    origin: tuple[int, ...]  # origin[i]: the raw line (1-based) logical line i + 1 began on
+
+    def raw_line(self, logical: int) -> int:
+        """The raw line number of logical line `logical` (1-based); past the end, itself."""
+        if 1 <= logical <= len(self.origin):
+            return self.origin[logical - 1]
+        return logical
+
+
+@dataclass(slots=True)
+class _Piece:
+    prefix: str  # the log prefix (transport decorations removed)
+    body: str
+    raw_len: int  # length of the line as pasted, decorations included
+
+
+def split_prefix(line: str) -> tuple[str, str, str]:
+    """(transport decorations, log prefix, body) of one line."""
+    transport_end = 0
+    log_start = log_end = -1
+    pos = 0
+    for _ in range(_MAX_PREFIXES):
+        m = _TRANSPORT.match(line, pos)
+        if m and m.end() > pos:
+            if log_start == -1:
+                transport_end = m.end()
+            pos = m.end()
+            continue
+        m = _LOG.match(line, pos)
+        if m and m.end() > pos:
+            if log_start == -1:
+                log_start = pos
+            log_end = pos = m.end()
+            continue
+        break
+    if log_start == -1:
+        return line[:pos], "", line[pos:]
+    return line[:transport_end], line[log_start:log_end], line[log_end:]
+
+
+def words_of(text: str) -> set[str]:
+    """The words of `text`, lower-cased: the vocabulary that tells a cut word from two."""
+    return {w.lower() for w in _WORD.findall(text)}
+
+
+def _inner_words(lines: list[str]) -> set[str]:
+    """Words that stand inside a line of the paste: the first and last word of a line may be
+    the halves of a word the wrap cut."""
+    out: set[str] = set()
+    for line in lines:
+        found = _WORD.findall(line)
+        out.update(w.lower() for w in found[1:-1])
+    return out
+
+
+def unwrap(text: str, vocabulary: frozenset[str] = frozenset()) -> Unwrapped:
+    """Logical lines of a paste (see the module docstring). `vocabulary` (lower-case words,
+    such as the KB's) helps tell a word cut in two from two words; the paste's own words and
+    COMMON_WORDS are added to it."""
+    pieces: list[_Piece] = []
+    origin: list[int] = []
+    for no, raw in enumerate(text.splitlines(), 1):
+        line = normalize_line(raw)
+        _, prefix, body = split_prefix(line)
+        if body and _CARETS.match(body):
+            continue
+        pieces.append(_Piece(prefix, body, len(line)))
+        origin.append(no)
+    widths = _widths(pieces)
+    words = vocabulary | COMMON_WORDS | _inner_words([p.body for p in pieces])
+    out: list[str] = []
+    starts: list[int] = []
+    prev: _Piece | None = None
+    for piece, no in zip(pieces, origin, strict=True):
+        joiner = _joiner(prev, piece, widths, words) if out else None
+        if joiner is not None and len(out[-1]) + len(piece.body) < MAX_LINE_CHARS:
+            out[-1] += joiner + piece.body
+        else:
+            out.append(piece.prefix + piece.body)
+            starts.append(no)
+        prev = piece
+    return Unwrapped("\n".join(out) + ("\n" if out else ""), tuple(starts))
+
+
+@dataclass(frozen=True, slots=True)
+class _Widths:
+    hard: int | None  # two or more different lines end exactly here: a hard-wrapped paste
+    longest: int  # the longest line once wrapped at `hard`, or on its own
+    soft: int | None  # several lines end near the longest: a re-flowed paste
+
+
+def _widths(pieces: list[_Piece]) -> _Widths:
+    hard: int | None = None
+    longest = 0
+    for lengths in ([p.raw_len for p in pieces], [len(p.body) for p in pieces]):
+        top = max(lengths, default=0)
+        longest = max(longest, top)
+        if top < _MIN_WIDTH or hard is not None:
+            continue
+        # Two different lines at the width (or one short of it, where a copy trimmed a space),
+        # and most long lines there: a re-flowed paste has long lines of many lengths.
+        distinct = {(p.prefix, p.body) for p, n in zip(pieces, lengths, strict=True)
+                    if n >= top - 1}
+        near = sum(1 for n in lengths if n >= 0.85 * top)
+        if len(distinct) >= 2 and len(distinct) >= 0.5 * near:
+            hard = top
+    near = sum(1 for p in pieces if max(p.raw_len, len(p.body)) >= 0.8 * longest)
+    soft = longest if longest >= _MIN_WIDTH and near >= 2 else None
+    return _Widths(hard, longest, soft)
+
+
+def _inside_text(before: str, after: str) -> bool:
+    """Whether a cut between these two lines can be inside a sentence: not after a run of
+    spaces (padding), not before indentation, not between a sentence's end and a new one."""
+    if before.endswith("  ") or after.startswith("  "):
+        return False
+    return not (before.endswith((".", "!", "?", ":")) and after[:1].isupper())
+
+
+def _glue(before: str, after: str, words: frozenset[str]) -> str:
+    """The text between a line cut at the wrap width and its continuation.
+
+    A terminal cuts anywhere and keeps the spaces ("" is right); a copy that trimmed them, or
+    a re-flow that looked like a cut, lost one (" " is right). Where the cut is between two
+    words of the paste or of the KB's vocabulary that are not one word together
+    ("memory|utilization"), or right after a comma or colon, a space was lost.
+    """
+    last, first = before[-1], after[0]
+    if last.isspace() or first.isspace():
+        return ""
+    if ((last in ",;" and not first.isdigit()) or (last == ":" and first.isalnum())
+            or (last == "." and first.isupper())):
+        return " "
+    a = _TAIL_WORD.search(before)
+    left = a.group().lower() if a else ""
+    if len(left) >= 3 and left in words and (
+            first == "`" or (first in "([" and after[1:2].isdigit())):
+        return " "  # "increasing|`gpu_memory_utilization`", "max seq len|(262144)"
+    if not (last.isalnum() and first.isalnum()) or (last.isdigit() and first.isdigit()):
+        return ""
+    b = _HEAD_WORD.match(after)
+    if a is None or b is None:
+        return ""
+    right = b.group().lower()
+    if left + right in words or right in _SUFFIXES:
+        return ""
+    # A whole word on either side (three letters or more: "in|itializing" is one word) that
+    # does not make a word with the other: the cut fell between two words.
+    known_right = len(right) >= 3 and right in words
+    known_left = len(left) >= 3 and left in words and not left[0].isdigit()
+    return " " if known_left or known_right else ""
+
+
+def _joiner(prev: _Piece | None, piece: _Piece, w: _Widths, words: frozenset[str]
+            ) -> str | None:
+    """How `piece` continues the previous line (the text between them), or None when it
+    starts a new one."""
+    if prev is None or not piece.body or not prev.body:
+        return None
+    if not prev.prefix.startswith(piece.prefix):
+        # another process, or another record of the same logger (a continuation carries the
+        # same prefix, only the part added after the wrap, or none)
+        return None
+    body, before = piece.body, prev.body
+    at = max(prev.raw_len, len(before))
+    padded = before.endswith("  ") and not body[0].isspace()  # a terminal's padding, then more
+    if w.hard is not None and at >= w.hard - 1 and not padded and not (
+            body.startswith(("Traceback (", "File \""))):
+        return _glue(before, body, words)  # cut at the width
+    if (at == w.longest >= _MIN_WIDTH and _inside_text(before, body)
+            and not (_RECORD.match(body) or _STANDALONE.match(body))):
+        return _glue(before, body, words)  # the one long line of the paste, cut
+    if (w.soft is None or at < 0.6 * w.soft
+            or body[0].isspace() or _STANDALONE.match(before)):
+        return None
+    if before.rstrip().endswith(_CLOSED) and not (body[0].islower() or body[0].isdigit()):
+        return None
+    if _RECORD.match(body) or _STANDALONE.match(body):
+        return None
+    return " "
