@@ -219,6 +219,9 @@ class ProblemMatch(Strict):
     line_numbers: list[int] = field(default_factory=list)
     summary: str = ""
     signature_ids: list[str] = field(default_factory=list)
+    # The server's phase at the deciding line (knowledge/phases.yaml: loading, profiling,
+    # cuda-graph, warmup, startup, serving), from the traceback frames or the log's milestones.
+    phase: str | None = None
 
     def __post_init__(self) -> None:
         _unit("confidence", self.confidence)

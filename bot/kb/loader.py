@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from bot.configfile import raw_setting
 from bot.kb.errors import KBError
 from bot.kb.safety import derive_anchor
-from bot.kb.schema import Cause, ExampleSet, KBMeta, Problem, template_fields
+from bot.kb.schema import Cause, ExampleSet, KBMeta, Phase, PhaseSet, Problem, template_fields
 
 if TYPE_CHECKING:
     from bot.kb.yamlio import Doc
@@ -35,7 +35,7 @@ def _shipped() -> Path:
 
 
 SHIPPED = _shipped()
-CACHE_FORMAT = 2
+CACHE_FORMAT = 3
 
 
 @dataclass
@@ -57,6 +57,7 @@ class KB:
     # The literal anchors of each signature id and each context pattern, derived by parsing the
     # regexes: done once at load and cached with the KB, since it costs more than a diagnosis.
     anchors: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    phases: list[Phase] = field(default_factory=list)  # most specific first (phases.yaml)
 
     @property
     def version(self) -> str:
@@ -147,10 +148,19 @@ def _load(roots: list[Path], digest: str) -> KB:
         table[obj.id] = obj  # type: ignore[assignment]
         origins[key] = Origin(str(doc.path), line)
 
+    phases: dict[str, Phase] = {}
     for root in roots:
         kb_yaml = root / "kb.yaml"
         if kb_yaml.is_file() and root == roots[0]:
             meta = load(kb_yaml).validate(KBMeta)
+        phases_yaml = root / "phases.yaml"
+        if phases_yaml.is_file():
+            # a site's phases file adds markers to the shipped phases, or new phases after them
+            for ph in load(phases_yaml).validate(PhaseSet).phases:
+                old = phases.get(ph.id)
+                phases[ph.id] = ph if old is None else Phase(
+                    id=ph.id, title=old.title, frames=[*old.frames, *ph.frames],
+                    milestones=[*old.milestones, *ph.milestones])
         for sub, kind in (("problems", "problem"), ("causes", "cause")):
             folder = root / sub
             if not folder.is_dir():
@@ -179,7 +189,7 @@ def _load(roots: list[Path], digest: str) -> KB:
     if meta is None:
         raise KBError(roots[0] / "kb.yaml", None, "missing: the KB needs a version and changelog")
     kb = KB(meta, digest, problems, causes, examples, origins, example_docs,
-            [str(r) for r in roots])
+            [str(r) for r in roots], phases=list(phases.values()))
     check_references(kb)
     return kb
 
@@ -200,6 +210,10 @@ def check_references(kb: KB) -> None:
                 kb.anchors[sig.id] = sig.effective_anchors()
             except ValueError as exc:
                 raise KBError(where.path, where.line, str(exc)) from None
+            for phase in sig.phases:
+                if phase not in {ph.id for ph in kb.phases}:
+                    raise KBError(where.path, where.line, f"signature {sig.id}: unknown phase "
+                                  f"{phase!r} (phases.yaml has {[ph.id for ph in kb.phases]})")
             for pattern in [*sig.context.any, *sig.context.none] if sig.context else []:
                 anchor = derive_anchor(pattern)
                 assert anchor is not None  # Context validation guarantees one

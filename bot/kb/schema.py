@@ -107,6 +107,9 @@ class Signature(KBModel):
     context: Context | None = None
     # A fallback hit is dropped when the same line also matched a non-fallback signature.
     fallback: bool = False
+    # Phases (knowledge/phases.yaml) the line must be in to count: a CUDA OOM under
+    # `load_model` frames is a loading OOM, the same words under `execute_model` a serving one.
+    phases: list[str] = field(default_factory=list)
     note: str = ""
 
     def __post_init__(self) -> None:
@@ -114,8 +117,7 @@ class Signature(KBModel):
         _range("weight", self.weight, 0.01, 1.0)
         _linear_regex("pattern", self.pattern)
         for a in self.anchors:
-            if len(a) < 3 or set(a) & set("<>&\r\n"):
-                raise ValueError(f"anchors: {a!r} needs 3+ characters and no < > & or newlines")
+            _literal("anchors", a)
         try:
             self.effective_anchors()
         except ValueError as exc:
@@ -134,6 +136,50 @@ class Signature(KBModel):
         for a in base:
             out.extend(anchor_variants(a, self.ignore_case))
         return tuple(dict.fromkeys(out))
+
+
+def _literal(key: str, value: str) -> None:
+    if len(value) < 3 or set(value) & set("<>&\r\n"):
+        raise ValueError(f"{key}: {value!r} needs 3+ characters and no < > & or newlines")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Phase(KBModel):
+    """A stage of a server's life, told by the traceback above an error or the log before it.
+
+    `frames` are literal text of a traceback frame (`profile_run`) or of a method the error
+    line names ("while processing method determine_num_available_blocks"): an error under such
+    a frame happened in this phase. `milestones` are literal text of a line the server prints
+    when the phase begins ("Loading model weights took" begins profiling): with no frames, an
+    error after the last milestone happened in that milestone's phase.
+    """
+
+    id: str
+    title: str
+    frames: list[str] = field(default_factory=list)
+    milestones: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        _id("id", self.id)
+        for key, values in (("frames", self.frames), ("milestones", self.milestones)):
+            for v in values:
+                _literal(key, v)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PhaseSet(KBModel):
+    """knowledge/phases.yaml. Order matters: when a traceback shows frames of several phases
+    (CUDA-graph capture runs a dummy forward pass, the V0 profile run calls execute_model),
+    the phase listed first wins."""
+
+    revision: int
+    phases: list[Phase]
+
+    def __post_init__(self) -> None:
+        _range("revision", self.revision, 1, 10**6)
+        ids = [p.id for p in self.phases]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"phases: duplicate id in {ids}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -1,0 +1,90 @@
+"""Which phase of a server's life a line belongs to, read from the lines before it.
+
+An error's phase is what an engineer reads off the traceback: the frames above "CUDA out of
+memory" say whether the weights were loading, the profile run or CUDA-graph capture was
+running, or requests were being served. Without frames (a bare error line), the last milestone
+the log reached says it ("Loading model weights took ..." means loading is over). Nearby words
+in prose do not count: only frames and milestones listed in knowledge/phases.yaml do.
+
+Tracebacks of several processes interleave in multi-GPU logs, each line tagged with its
+process (`(VllmWorker rank=1 pid=7)`, `[rank1]:`); frames are kept per tag, so one worker's
+frames never decide another worker's error.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from bot.kb.schema import Phase
+from bot.lazyre import lazy
+
+TRACEBACK = "Traceback (most recent call last)"
+FRAME_WINDOW = 200  # lines: a traceback deeper than this is rare, and an older frame is stale
+_STREAM = lazy(
+    r"(?:\([^()\n]{0,100}?(?:pid|rank)=\d{1,10}[^()\n]{0,60}\) {0,2}|\[rank\d{1,5}\]:? ?)"
+    r"{1,3}")
+
+
+@dataclass(frozen=True, slots=True)
+class Marker:
+    rank: int  # index of the phase in knowledge/phases.yaml: lower is more specific
+    frame: bool  # a frame (decides within a traceback) or a milestone (a point in the log)
+
+
+class PhaseMarkers:
+    """The phases' literal markers, compiled once per KB."""
+
+    def __init__(self, phases: list[Phase]) -> None:
+        self.ids = tuple(p.id for p in phases)
+        self.by_literal: dict[str, list[Marker]] = {}
+        for rank, phase in enumerate(phases):
+            for text in phase.frames:
+                self.by_literal.setdefault(text, []).append(Marker(rank, True))
+            for text in phase.milestones:
+                self.by_literal.setdefault(text, []).append(Marker(rank, False))
+
+    @property
+    def literals(self) -> tuple[str, ...]:
+        return (*self.by_literal, TRACEBACK)
+
+
+class PhaseTracker:
+    """Per-scan state: frames of the current traceback of each process, the last milestone."""
+
+    def __init__(self, markers: PhaseMarkers) -> None:
+        self.markers = markers
+        self._frames: dict[str, deque[tuple[int, int]]] = {}  # stream -> (line, rank)
+        self._milestone: int | None = None
+
+    def see(self, text: str, line_no: int, literals: set[str]) -> None:
+        """Record the markers `literals` found in this line."""
+        stream = _stream(text)
+        for literal in literals:
+            if literal == TRACEBACK:
+                self._frames.pop(stream, None)  # a new traceback: earlier frames are another's
+                continue
+            for m in self.markers.by_literal.get(literal, ()):
+                if m.frame:
+                    frames = self._frames.setdefault(stream, deque())
+                    frames.append((line_no, m.rank))
+                    while frames and frames[0][0] < line_no - FRAME_WINDOW:
+                        frames.popleft()
+                else:
+                    self._milestone = m.rank
+
+    def phase_at(self, text: str, line_no: int) -> str | None:
+        """The phase of an error printed on this line (after `see` was given the line)."""
+        lo = line_no - FRAME_WINDOW
+        stream = _stream(text)
+        ranks = [r for no, r in self._frames.get(stream, ()) if no >= lo]
+        if not ranks:
+            ranks = [r for frames in self._frames.values() for no, r in frames if no >= lo]
+        if ranks:
+            return self.markers.ids[min(ranks)]
+        return None if self._milestone is None else self.markers.ids[self._milestone]
+
+
+def _stream(text: str) -> str:
+    m = _STREAM.match(text)
+    return m.group() if m else ""
