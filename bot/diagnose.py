@@ -63,9 +63,13 @@ def diagnose(evidence: Evidence, kb: KB, stream: BinaryIO | None = None) -> Diag
         stats.lines = source.count(b"\n") + (0 if source.endswith(b"\n") or not source else 1)
         matcher.renumber(paste.raw_line)
 
-    facts = _merge(sink.build(), evidence.collected)
     problems = matcher.problems(redact)
-    result = plan(kb, problems, facts, evidence.model_config_json, matcher.signatures_seen)
+    facts = dataclasses.replace(_merge(sink.build(), evidence.collected),
+                                phase=problems[0].phase if problems else None)
+    # causes quote the lines that support them: redacted, as every line that leaves the core
+    hits = {sid: [dataclasses.replace(h, line=redact(h.line)) for h in seen]
+            for sid, seen in matcher.hits.items()}
+    result = plan(kb, problems, facts, evidence.model_config_json, hits)
 
     top = problems[0] if problems else None
     digest, _ = fingerprint(top.id if top else None, signature_line(top.evidence if top else []),
@@ -77,6 +81,7 @@ def diagnose(evidence: Evidence, kb: KB, stream: BinaryIO | None = None) -> Diag
         host=evidence.host,
         problems=problems,
         causes=result.causes,
+        more_causes=result.more_causes,
         facts=facts,
         sizing=result.sizing,
         fixes=result.fixes,

@@ -93,6 +93,9 @@ class GpuProcess(Strict):
     used_mib: float | None = None
     container: str | None = None
     is_server: bool | None = None
+    # Where it was read: "nvidia-smi" (a pasted or collected table), "torch" (the "Process N
+    # has X memory in use" lines of a CUDA OOM message), "nvml".
+    source: str | None = None
 
 
 @dataclass(slots=True, kw_only=True)
@@ -154,7 +157,19 @@ class Facts(Strict):
     oom_tried_to_allocate_gib: float | None = None
     oom_gpu_index: int | None = None
     oom_free_gib: float | None = None
-    oom_process_in_use_gib: float | None = None
+    oom_process_in_use_gib: float | None = None  # the failing process ("this process has")
+    oom_allocated_gib: float | None = None  # "Of the allocated memory X is allocated by PyTorch"
+    oom_reserved_gib: float | None = None  # reserved by PyTorch (old: "reserved in total")
+    # memory the GPU held that is neither free nor this process's PyTorch memory (total -
+    # free - reserved): other processes plus this process's CUDA context and libraries
+    oom_outside_pytorch_gib: float | None = None
+    # what else is on the GPU
+    used_before_start_gib: float | None = None  # in use before this server allocated anything
+    profile_start_used_gib: float | None = None  # V0 "initial_memory_usage": weights included
+    engines_on_gpu: int | None = None  # inference engines the paste starts (servers, LLM())
+    trainer_on_gpu: bool | None = None  # a trainer shares the GPU (GRPO/RLHF colocation)
+    # where the server was when it failed (the top problem's phase, bot.kb.phase)
+    phase: str | None = None
     # runtime pressure
     gpu_kv_cache_usage_pct: float | None = None
     preemptions: int | None = None
@@ -222,6 +237,7 @@ class ProblemMatch(Strict):
     # The server's phase at the deciding line (knowledge/phases.yaml: loading, profiling,
     # cuda-graph, warmup, startup, serving), from the traceback frames or the log's milestones.
     phase: str | None = None
+    from_prose: bool = False  # only a person's words show it, no log line: weaker evidence
 
     def __post_init__(self) -> None:
         _unit("confidence", self.confidence)
@@ -234,6 +250,7 @@ class CauseMatch(Strict):
     confidence: float
     why: str = ""
     explanation: str = ""
+    supported: bool = False  # the evidence backs it; False: possible, not decided
 
     def __post_init__(self) -> None:
         _unit("confidence", self.confidence)
@@ -312,6 +329,7 @@ class Diagnosis(Strict):
     host: str | None = None
     problems: list[ProblemMatch] = field(default_factory=list)
     causes: list[CauseMatch] = field(default_factory=list)
+    more_causes: list[str] = field(default_factory=list)  # not ruled out, not shown: cause ids
     facts: Facts = field(default_factory=Facts)
     sizing: Sizing | None = None
     fixes: list[Fix] = field(default_factory=list)

@@ -14,6 +14,7 @@ from bot.evidence.nvidia_smi import NvidiaSmiExtractor
 from bot.evidence.redact import redact
 from bot.evidence.scan import Scanner
 from bot.evidence.sglang import SglangExtractor
+from bot.evidence.tenants import TenantsExtractor
 from bot.evidence.tgi import TgiExtractor
 from bot.evidence.torch import TorchExtractor
 from bot.evidence.vllm import VllmExtractor
@@ -21,7 +22,7 @@ from bot.schema import Facts
 
 EXTRACTORS: tuple[type[Extractor], ...] = (
     VllmExtractor, SglangExtractor, TgiExtractor, FlagsExtractor, TorchExtractor,
-    NvidiaSmiExtractor, MentionsExtractor, DerivedFacts,
+    NvidiaSmiExtractor, TenantsExtractor, MentionsExtractor, DerivedFacts,
 )
 
 __all__ = ["EXTRACTORS", "extract_facts", "new_extractors", "redact"]

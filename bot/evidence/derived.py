@@ -42,6 +42,7 @@ class DerivedFacts:
 
     def finish(self, sink: FactSink) -> None:
         self._foreign(sink)
+        self._used_before_start(sink)
         blocks = sink.get("gpu_blocks")
         block_size = sink.get("block_size") or (None if self._not_cuda else CUDA_BLOCK_SIZE)
         if blocks is not None and block_size is not None:
@@ -52,10 +53,28 @@ class DerivedFacts:
         if tokens is not None:
             sink.set_default("max_model_len", tokens, sink.line_of("concurrency_tokens") or 0)
 
+    @staticmethod
+    def _used_before_start(sink: FactSink) -> None:
+        """Memory taken before this server allocated anything: V1's start-up check prints the
+        free memory it found; V0 (~0.6.4) printed the usage when profiling began, weights
+        included."""
+        total, free = sink.get("gpu_total_gib"), sink.get("free_memory_gib")
+        if total is not None and free is not None:
+            sink.set_default("used_before_start_gib", round(max(0.0, total - free), 2),
+                             sink.line_of("free_memory_gib") or 0)
+            return
+        start, weights = sink.get("profile_start_used_gib"), sink.get("weights_gib")
+        if start is not None and weights is not None:
+            sink.set_default("used_before_start_gib", round(max(0.0, start - weights), 2),
+                             sink.line_of("profile_start_used_gib") or 0)
+
     def _foreign(self, sink: FactSink) -> None:
         if self._startup_failed:
+            # A table read while the server was failing to start shows what was there before
+            # it; torch's lines were told apart where they were read.
             for key, proc in sink.processes.items():
-                sink.processes[key] = dataclasses.replace(proc, is_server=False)
+                if proc.source != "torch":
+                    sink.processes[key] = dataclasses.replace(proc, is_server=False)
         procs = list(sink.processes.values())
         # Once the server is recognised, a bare `python` next to it is someone else's; with no
         # server recognised, only programs that are certainly not it are counted.

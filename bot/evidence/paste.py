@@ -122,6 +122,29 @@ def split_prefix(line: str) -> tuple[str, str, str]:
     return line[:transport_end], line[log_start:log_end], line[log_end:]
 
 
+# What a program prints rather than what a person writes: a record header, a frame, a key
+# followed by a value, code.
+_PRINTED = lazy(
+    r"(?:\s{0,8}(?:Traceback \(|File \"|at [\w$.]{1,200}\(|\^|~~)"
+    r"|[A-Za-z_][\w.]{0,80}(?:Error|Exception|Warning)(?::|$)"
+    r"|(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)\b"
+    r"|\d{4}[-/]\d\d[-/]\d\d|\d\d-\d\d \d\d:|\[\d|\(\w{1,60} pid=|\[rank|\s{4}"
+    r"|[\w.-]{1,80}:\d{1,8}:\d{1,8} \[|NCCL |\||\+-|[{}<>$#])")
+_LETTERS = lazy(r"[A-Za-z]{2,40}")
+_CJK = lazy(r"[\u3040-\u30ff\u4e00-\u9fff\uac00-\ud7af]")
+
+
+def is_prose(line: str) -> bool:
+    """Whether a line reads as a person's words (a sentence, a question) rather than a log
+    record, a traceback or code. Phrase signatures (`kind: prose`) read only such lines, so
+    "throughput" in a metrics line is not someone saying it is slow."""
+    _, prefix, body = split_prefix(line)
+    if prefix or not body.strip() or _PRINTED.match(body):
+        return False
+    head = body[:400]
+    return len(_LETTERS.findall(head)) >= 3 or _CJK.search(head) is not None
+
+
 def words_of(text: str) -> set[str]:
     """The words of `text`, lower-cased: the vocabulary that tells a cut word from two."""
     return {w.lower() for w in _WORD.findall(text)}

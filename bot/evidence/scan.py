@@ -37,6 +37,12 @@ class Consumer(Protocol):
     def finish(self, sink: FactSink) -> None: ...
 
 
+def folded_anchors(consumer: Consumer) -> tuple[str, ...]:
+    """Lower-case anchors a consumer wants found in any casing (case-insensitive signatures);
+    most consumers have none."""
+    return tuple(getattr(consumer, "folded_anchors", ()))
+
+
 @dataclass
 class ScanStats:
     bytes: int = 0
@@ -59,19 +65,11 @@ class Scanner:
 
     def __init__(self, consumers: Sequence[Consumer]) -> None:
         self.consumers = list(consumers)
-        wanted_by: dict[bytes, set[int]] = {}
-        for idx, consumer in enumerate(self.consumers):
-            for text in consumer.anchors:
-                wanted_by.setdefault(text.encode(), set()).add(idx)
-        needles = sorted(wanted_by)
-        self._consumers_of = [tuple(sorted(wanted_by[n])) for n in needles]
-        # One automaton finds candidate lines in a single pass over the chunk (a DFA with
-        # leftmost-longest matching takes the fast, prefiltered path); a second, overlapping
-        # one lists every anchor in each candidate line, so each consumer gets exactly the
-        # lines that contain its own anchors.
-        self._find = BytesAhoCorasick(needles, matchkind=MatchKind.LeftmostLongest,
-                                      implementation=Implementation.DFA)
-        self._all = BytesAhoCorasick(needles)
+        self._exact = _Needles([c.anchors for c in self.consumers])
+        # Anchors of case-insensitive signatures are searched in a lower-cased copy of the
+        # chunk (ASCII lower-casing keeps every byte offset, so lines line up).
+        folded = [folded_anchors(c) for c in self.consumers]
+        self._folded = _Needles(folded) if any(folded) else None
         self._follow = [c.follow for c in self.consumers]
 
     def scan(self, stream: BinaryIO | bytes | str, sink: FactSink, limit: int | None = None
@@ -100,20 +98,9 @@ class Scanner:
         # 1. every line with an anchor -> which consumers want it, and where each one's anchor
         #    is (an over-long line is seen through a window around that position)
         starts: dict[int, dict[int, int]] = {}
-        line_end = -1
-        for _, start, _ in self._find.find_matches_as_indexes(chunk):
-            if start < line_end:
-                continue  # this line is done
-            ls = chunk.rfind(b"\n", 0, start) + 1
-            line_end = chunk.find(b"\n", start)
-            if line_end == -1:
-                line_end = len(chunk)
-            positions: dict[int, int] = {}
-            for idx, at, _ in self._all.find_matches_as_indexes(chunk[ls:line_end],
-                                                                 overlapping=True):
-                for i in self._consumers_of[idx]:
-                    positions.setdefault(i, ls + at)
-            starts[ls] = positions
+        self._exact.lines(chunk, chunk, starts)
+        if self._folded is not None:
+            self._folded.lines(chunk.lower(), chunk, starts)
         # 2. lines owed to consumers that asked to follow an anchor line (tables)
         extra: set[int] = set()
         for ls, wanted_by in starts.items():
@@ -161,6 +148,44 @@ class Scanner:
                     follow_left[i] -= 1
         line_no += chunk.count(b"\n", prev)
         return line_no
+
+
+class _Needles:
+    """Anchors of several consumers, searched together.
+
+    One automaton finds candidate lines in a single pass over the chunk (a DFA with
+    leftmost-longest matching takes the fast, prefiltered path); a second, overlapping one
+    lists every anchor in each candidate line, so each consumer gets exactly the lines that
+    contain its own anchors.
+    """
+
+    def __init__(self, anchors_of: Sequence[Sequence[str]]) -> None:
+        wanted_by: dict[bytes, set[int]] = {}
+        for idx, anchors in enumerate(anchors_of):
+            for text in anchors:
+                wanted_by.setdefault(text.encode(), set()).add(idx)
+        needles = sorted(wanted_by)
+        self._consumers_of = [tuple(sorted(wanted_by[n])) for n in needles]
+        self._find = BytesAhoCorasick(needles, matchkind=MatchKind.LeftmostLongest,
+                                      implementation=Implementation.DFA)
+        self._all = BytesAhoCorasick(needles)
+
+    def lines(self, haystack: bytes, chunk: bytes, starts: dict[int, dict[int, int]]) -> None:
+        """For each line of `chunk` whose text in `haystack` (the chunk, or its lower-cased
+        copy) holds an anchor: the consumers that want it, and where each one's anchor is."""
+        line_end = -1
+        for _, start, _ in self._find.find_matches_as_indexes(haystack):
+            if start < line_end:
+                continue  # this line is done
+            ls = chunk.rfind(b"\n", 0, start) + 1
+            line_end = chunk.find(b"\n", start)
+            if line_end == -1:
+                line_end = len(chunk)
+            positions = starts.setdefault(ls, {})
+            for idx, at, _ in self._all.find_matches_as_indexes(haystack[ls:line_end],
+                                                                 overlapping=True):
+                for i in self._consumers_of[idx]:
+                    positions.setdefault(i, ls + at)
 
 
 def _line_starts(chunk: bytes, start: int, count: int) -> Iterator[int]:

@@ -24,7 +24,7 @@ _RULES = Rules(
          default=True),
     rule("Allocation on device", r"Allocation on device (?P<oom_gpu_index>\d{1,3})"),
     rule("Currently allocated",
-         rf"Currently allocated {{0,40}}: {qty('oom_process_in_use_gib')}"),
+         rf"Currently allocated {{0,40}}: {qty('oom_allocated_gib')}"),
     rule("Requested ", rf"Requested {{0,40}}: {qty('oom_tried_to_allocate_gib')}"),
     rule("Device limit", rf"Device limit {{0,40}}: {qty('gpu_total_gib')}", default=True),
     rule("Free (according to CUDA)",

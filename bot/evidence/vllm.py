@@ -23,6 +23,7 @@ _RULES = Rules(
     # V0 ~0.6.4 one-line summary (peak_torch_memory includes the weights: not an activation peak)
     *(rule("Memory profiling results", rf"\b{key}={num(fact)}(?:{_GIB})?")
       for key, fact in (("total_gpu_memory", "gpu_total_gib"),
+                        ("initial_memory_usage", "profile_start_used_gib"),
                         ("non_torch_memory", "non_torch_gib"),
                         ("kv_cache_size", "kv_cache_available_gib"),
                         ("gpu_memory_utilization", "gpu_memory_utilization"))),

@@ -21,7 +21,16 @@ from typing import TYPE_CHECKING
 from bot.configfile import raw_setting
 from bot.kb.errors import KBError
 from bot.kb.safety import derive_anchor
-from bot.kb.schema import Cause, ExampleSet, KBMeta, Phase, PhaseSet, Problem, template_fields
+from bot.kb.schema import (
+    Cause,
+    ExampleSet,
+    KBMeta,
+    Phase,
+    PhaseSet,
+    Problem,
+    Signature,
+    template_fields,
+)
 
 if TYPE_CHECKING:
     from bot.kb.yamlio import Doc
@@ -50,7 +59,7 @@ class KB:
     content_hash: str
     problems: dict[str, Problem]
     causes: dict[str, Cause]
-    examples: dict[str, ExampleSet]
+    examples: dict[str, ExampleSet]  # by the problem or cause id they test
     origins: dict[str, Origin] = field(default_factory=dict)  # "problem:ID" -> where defined
     example_docs: dict[str, str] = field(default_factory=dict)  # problem id -> examples file
     roots: list[str] = field(default_factory=list)
@@ -176,16 +185,17 @@ def _load(roots: list[Path], digest: str) -> KB:
             for path in sorted(folder.glob("*.yaml")):
                 doc = load(path)
                 ex = doc.validate(ExampleSet)
-                if ex.problem in examples and root == roots[0]:
+                if ex.owner in examples and root == roots[0]:
                     raise KBError(path, doc.line_of(("problem",)),
-                                  f"second example file for {ex.problem!r}")
-                if ex.problem in examples:
+                                  f"second example file for {ex.owner!r}")
+                if ex.owner in examples:
                     # site examples add to the shipped ones
-                    prev = examples[ex.problem]
-                    ex = ExampleSet(problem=ex.problem, match=[*prev.match, *ex.match],
+                    prev = examples[ex.owner]
+                    ex = ExampleSet(problem=ex.problem, cause=ex.cause,
+                                    match=[*prev.match, *ex.match],
                                     near_miss=[*prev.near_miss, *ex.near_miss])
-                examples[ex.problem] = ex
-                example_docs.setdefault(ex.problem, str(path))
+                examples[ex.owner] = ex
+                example_docs.setdefault(ex.owner, str(path))
     if meta is None:
         raise KBError(roots[0] / "kb.yaml", None, "missing: the KB needs a version and changelog")
     kb = KB(meta, digest, problems, causes, examples, origins, example_docs,
@@ -195,29 +205,39 @@ def _load(roots: list[Path], digest: str) -> KB:
 
 
 def check_references(kb: KB) -> None:
-    """Ids that point nowhere, checks and template values that code does not provide."""
-    from bot.sizing.checks import CHECKS, CONDITIONS, VALUES
+    """Ids that point nowhere, conditions and template values that code does not provide."""
+    from bot.sizing.checks import CONDITIONS, VALUES
 
+    phase_ids = [ph.id for ph in kb.phases]
     seen_sig: dict[str, str] = {}
+
+    def signature(sig: Signature, owner: str, where: Origin) -> None:
+        if sig.id in seen_sig:
+            raise KBError(where.path, where.line,
+                          f"duplicate signature id {sig.id!r} (also in {seen_sig[sig.id]})")
+        seen_sig[sig.id] = owner
+        try:
+            kb.anchors[sig.id] = sig.effective_anchors()
+        except ValueError as exc:
+            raise KBError(where.path, where.line, str(exc)) from None
+        for phase in sig.phases:
+            if phase not in phase_ids:
+                raise KBError(where.path, where.line, f"signature {sig.id}: unknown phase "
+                              f"{phase!r} (phases.yaml has {phase_ids})")
+        for pattern in [*sig.context.any, *sig.context.none] if sig.context else []:
+            anchor = derive_anchor(pattern)
+            assert anchor is not None  # Context validation guarantees one
+            kb.anchors[pattern] = (anchor,)
+
+    def condition(name: str, what: str, where: Origin) -> None:
+        if name not in CONDITIONS:
+            raise KBError(where.path, where.line, f"{what}: unknown condition {name!r} "
+                          f"(known: {', '.join(sorted(CONDITIONS))})")
+
     for p in kb.problems.values():
         where = kb.origins[f"problem:{p.id}"]
         for sig in p.signatures:
-            if sig.id in seen_sig:
-                raise KBError(where.path, where.line,
-                              f"duplicate signature id {sig.id!r} (also in {seen_sig[sig.id]})")
-            seen_sig[sig.id] = p.id
-            try:
-                kb.anchors[sig.id] = sig.effective_anchors()
-            except ValueError as exc:
-                raise KBError(where.path, where.line, str(exc)) from None
-            for phase in sig.phases:
-                if phase not in {ph.id for ph in kb.phases}:
-                    raise KBError(where.path, where.line, f"signature {sig.id}: unknown phase "
-                                  f"{phase!r} (phases.yaml has {[ph.id for ph in kb.phases]})")
-            for pattern in [*sig.context.any, *sig.context.none] if sig.context else []:
-                anchor = derive_anchor(pattern)
-                assert anchor is not None  # Context validation guarantees one
-                kb.anchors[pattern] = (anchor,)
+            signature(sig, p.id, where)
         for cid in p.causes:
             if cid not in kb.causes:
                 raise KBError(where.path, where.line, f"problem {p.id}: unknown cause {cid!r}")
@@ -225,24 +245,34 @@ def check_references(kb: KB) -> None:
             if rid not in kb.problems:
                 raise KBError(where.path, where.line, f"problem {p.id}: unknown related {rid!r}")
     for c in kb.causes.values():
+        for sig in c.signatures:
+            signature(sig, c.id, kb.origins[f"cause:{c.id}"])
+    for c in kb.causes.values():
         where = kb.origins[f"cause:{c.id}"]
-        for sig_id in c.signals:
-            if sig_id not in seen_sig:
-                raise KBError(where.path, where.line, f"cause {c.id}: unknown signal {sig_id!r}")
-        if c.check is not None and c.check not in CHECKS:
-            raise KBError(where.path, where.line,
-                          f"cause {c.id}: unknown check {c.check!r} (known: {sorted(CHECKS)})")
+        for sup in c.supports:
+            if sup.signal is not None and sup.signal not in seen_sig:
+                raise KBError(where.path, where.line,
+                              f"cause {c.id}: unknown signal {sup.signal!r}")
+            if sup.when is not None:
+                condition(sup.when, f"cause {c.id} supports", where)
+        for name in c.rules_out:
+            condition(name, f"cause {c.id} rules_out", where)
         for fx in c.fixes:
             for cond in fx.withhold_if:
-                if cond not in CONDITIONS:
-                    raise KBError(where.path, where.line, f"fix {fx.id}: unknown condition "
-                                  f"{cond!r} (known: {sorted(CONDITIONS)})")
+                condition(cond, f"fix {fx.id} withhold_if", where)
             for tmpl in [fx.command, fx.predicted, fx.fallback_command or "",
                          *fx.flags.values()]:
                 for name in template_fields(tmpl):
                     if name not in VALUES:
                         raise KBError(where.path, where.line,
                                       f"fix {fx.id}: unknown value {{{name}}}")
-    for pid in kb.examples:
-        if pid not in kb.problems:
-            raise KBError(kb.example_docs[pid], None, f"examples for unknown problem {pid!r}")
+    for owner, exset in kb.examples.items():
+        if exset.problem is not None and owner not in kb.problems:
+            raise KBError(kb.example_docs[owner], None, f"examples for unknown problem {owner!r}")
+        if exset.cause is not None:
+            if owner not in kb.causes:
+                raise KBError(kb.example_docs[owner], None,
+                              f"examples for unknown cause {owner!r}")
+            if not kb.causes[owner].signatures:
+                raise KBError(kb.example_docs[owner], None,
+                              f"examples for cause {owner!r}, which has no signatures")

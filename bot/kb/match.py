@@ -1,10 +1,16 @@
 """Matching KB signatures against the lines the scanner offers, and ranking the problems.
 
 Ranking follows how an on-call engineer reads a log: the error that ended the process beats the
-warnings before it (kind first: error > warning > info), a more specific signature beats a
-generic one (weight), and between equals the later line wins (the last start attempt is the one
-that failed). A `fallback` signature (a CUDA OOM with no phase context) only counts on lines no
-specific signature explained.
+warnings before it (kind first: error > warning > prose > info), a more specific signature beats
+a generic one (weight), and between equals the later line wins (the last start attempt is the
+one that failed). A person's words (`prose`) rank below the log's errors and warnings, and a
+memory problem only they support is dropped when the log shows a failure that is not about GPU
+memory: a sentence of framing ("OOM") never outranks, or adds to, a log line that shows
+otherwise (an NCCL timeout, the host's OOM killer). A `fallback` signature (a CUDA OOM with no
+phase) only counts on lines no specific signature explained.
+
+Causes have signatures too (a line that names the cause outright, such as "must be divisible
+by tensor parallel size"); their hits are kept per signature for the planner.
 """
 
 from __future__ import annotations
@@ -16,24 +22,38 @@ from dataclasses import dataclass, field
 from ahocorasick_rs import AhoCorasick
 
 from bot.evidence.base import FactSink, Line
+from bot.evidence.paste import is_prose
 from bot.kb.loader import KB
 from bot.kb.phase import PhaseMarkers, PhaseTracker
 from bot.kb.schema import Signature
 from bot.lazyre import LazyPattern
 from bot.schema import ProblemMatch
 
-KIND_RANK = {"error": 3, "warning": 2, "info": 1}
+KIND_RANK = {"error": 4, "warning": 3, "prose": 2, "info": 1}
+LOG_KINDS = frozenset({"error", "warning"})  # what silences a problem only prose supports
 MAX_EVIDENCE = 5
 
 
 @dataclass(frozen=True)
 class CompiledSignature:
-    problem_id: str
+    owner: str  # the problem or cause id
+    of_cause: bool
     sig: Signature
     regex: LazyPattern
+    with_any: tuple[LazyPattern, ...]
     anchors: tuple[str, ...]
     ctx_any: tuple[int, ...]
     ctx_none: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SignatureHit:
+    """Where a signature matched: what a cause's `why` quotes."""
+
+    line_no: int
+    line: str
+    kind: str
+    phase: str | None
 
 
 @dataclass
@@ -61,21 +81,29 @@ class CompiledKB:
                 ctx.append((LazyPattern(pattern), kb.anchors[pattern]))
             return ctx_index[pattern]
 
+        owned = [(p.id, False, sig) for p in kb.problems.values() for sig in p.signatures]
+        owned += [(c.id, True, sig) for c in kb.causes.values() for sig in c.signatures]
         sigs: list[CompiledSignature] = []
-        for problem in kb.problems.values():
-            for sig in problem.signatures:
-                flags = re.IGNORECASE if sig.ignore_case else 0
-                any_ids = tuple(ctx_id(p) for p in sig.context.any) if sig.context else ()
-                none_ids = tuple(ctx_id(p) for p in sig.context.none) if sig.context else ()
-                sigs.append(CompiledSignature(problem.id, sig, LazyPattern(sig.pattern, flags),
-                                              kb.anchors[sig.id], any_ids, none_ids))
+        for owner, of_cause, sig in owned:
+            flags = re.IGNORECASE if sig.ignore_case else 0
+            any_ids = tuple(ctx_id(p) for p in sig.context.any) if sig.context else ()
+            none_ids = tuple(ctx_id(p) for p in sig.context.none) if sig.context else ()
+            sigs.append(CompiledSignature(
+                owner, of_cause, sig, LazyPattern(sig.pattern, flags),
+                tuple(LazyPattern(p, flags) for p in sig.with_any), kb.anchors[sig.id],
+                any_ids, none_ids))
         self.signatures = sigs
+        self.by_id = {cs.sig.id: cs for cs in sigs}
         self.contexts = ctx
         by_anchor: dict[str, list[int]] = {}
+        by_folded: dict[str, list[int]] = {}
         for i, cs in enumerate(sigs):
             for a in cs.anchors:
-                by_anchor.setdefault(a, []).append(i)
+                (by_folded if cs.sig.ignore_case else by_anchor).setdefault(a, []).append(i)
         self.by_anchor = by_anchor
+        self.by_folded = by_folded
+        self.folded_anchors = tuple(by_folded)
+        self.folded_finder = AhoCorasick(list(by_folded)) if by_folded else None
         self.ctx_by_anchor: dict[str, list[int]] = {}
         for i, (_, anchors) in enumerate(ctx):
             for a in anchors:
@@ -112,10 +140,17 @@ class Matcher:
     def __init__(self, compiled: CompiledKB) -> None:
         self.compiled = compiled
         self.anchors = compiled.anchors
+        self.folded_anchors = compiled.folded_anchors
         self._ctx_last: list[int] = [-(10**9)] * len(compiled.contexts)
         self._hits: dict[str, _ProblemHits] = {}
-        self.signatures_seen: set[str] = set()
+        # signature id -> its first and latest hit (problem and cause signatures alike)
+        self.hits: dict[str, list[SignatureHit]] = {}
+        self._owner = compiled.by_id
         self.phase = PhaseTracker(compiled.phases)
+
+    @property
+    def signatures_seen(self) -> set[str]:
+        return set(self.hits)
 
     def feed(self, line: Line, sink: FactSink) -> None:
         text = line.text
@@ -130,11 +165,23 @@ class Matcher:
         candidates: set[int] = set()
         for anchor in present:
             candidates.update(comp.by_anchor.get(anchor, ()))
+        if comp.folded_finder is not None:
+            folded = comp.folded_finder.find_matches_as_indexes(text.lower(), overlapping=True)
+            for idx, _, _ in folded:
+                candidates.update(comp.by_folded[comp.folded_anchors[idx]])
         if not candidates:
             return
         phase = self.phase.phase_at(text, line.no)
-        matched = [comp.signatures[i] for i in sorted(candidates)
-                   if self._applies(comp.signatures[i], text, line.no, phase)]
+        prose = None  # decided only when a phrase signature is a candidate
+        matched = []
+        for i in sorted(candidates):
+            cs = comp.signatures[i]
+            if cs.sig.kind == "prose":
+                prose = is_prose(text) if prose is None else prose
+                if not prose:
+                    continue
+            if self._applies(cs, text, line.no, phase):
+                matched.append(cs)
         if any(not cs.sig.fallback for cs in matched):
             matched = [cs for cs in matched if not cs.sig.fallback]
         for cs in matched:
@@ -146,6 +193,8 @@ class Matcher:
             return False
         if not cs.regex.search(text):
             return False
+        if cs.with_any and not any(p.search(text) for p in cs.with_any):
+            return False
         ctx = cs.sig.context
         if ctx is None:
             return True
@@ -155,8 +204,15 @@ class Matcher:
         return not any(self._ctx_last[i] >= lo for i in cs.ctx_none)
 
     def _record(self, cs: CompiledSignature, line: Line, phase: str | None) -> None:
-        self.signatures_seen.add(cs.sig.id)
-        hits = self._hits.setdefault(cs.problem_id, _ProblemHits())
+        hit = SignatureHit(line.no, line.text, cs.sig.kind, phase)
+        seen = self.hits.setdefault(cs.sig.id, [])
+        if len(seen) < 2:
+            seen.append(hit)
+        else:
+            seen[-1] = hit
+        if cs.of_cause:
+            return
+        hits = self._hits.setdefault(cs.owner, _ProblemHits())
         kind = KIND_RANK[cs.sig.kind]
         hits.count += 1
         if (kind, cs.sig.weight) > (hits.best_kind, hits.best_weight):
@@ -183,11 +239,33 @@ class Matcher:
         for hits in self._hits.values():
             hits.lines = [(raw_line(no), text) for no, text in hits.lines]
             hits.last_line = raw_line(hits.last_line) if hits.last_line else 0
+        for sig_id, seen in self.hits.items():
+            self.hits[sig_id] = [SignatureHit(raw_line(h.line_no), h.line, h.kind, h.phase)
+                                 for h in seen]
+
+    def _other_failure_logged(self) -> bool:
+        """Whether the log itself (not a person's words) shows an error or warning that is not
+        about GPU memory: of a problem (NCCL, a driver) or of a cause named outright (the host's
+        OOM killer, heads not divisible by the TP size)."""
+        kb = self.compiled.kb
+        for cs_id, seen in self.hits.items():
+            if not any(h.kind in LOG_KINDS for h in seen):
+                continue
+            owner = self._owner[cs_id]
+            memory = (kb.causes[owner.owner].memory if owner.of_cause
+                      else kb.problems[owner.owner].memory_problem)
+            if not memory:
+                return True
+        return False
 
     def problems(self, redact: Callable[[str], str] | None = None) -> list[ProblemMatch]:
         ranked = sorted(self._hits.items(),
                         key=lambda kv: (kv[1].best_kind, kv[1].best_weight, kv[1].last_line),
                         reverse=True)
+        if self._other_failure_logged():
+            kb = self.compiled.kb
+            ranked = [(pid, h) for pid, h in ranked if h.best_kind != KIND_RANK["prose"]
+                      or not kb.problems[pid].memory_problem]
         out = []
         for pid, hits in ranked:
             problem = self.compiled.kb.problems[pid]
@@ -200,5 +278,5 @@ class Matcher:
                 id=pid, title=problem.title, confidence=confidence,
                 evidence=lines, line_numbers=[n for n, _ in hits.lines],
                 summary=problem.short_answer.strip(), signature_ids=list(hits.signature_ids),
-                phase=hits.phase))
+                phase=hits.phase, from_prose=hits.best_kind == KIND_RANK["prose"]))
         return out

@@ -98,11 +98,3 @@ def _literal_runs(items: list[Any]) -> list[str]:
             flush()
     flush()
     return runs
-
-
-def anchor_variants(anchor: str, ignore_case: bool) -> tuple[str, ...]:
-    """Literal spellings to search for. For case-insensitive signatures the common casings."""
-    if not ignore_case:
-        return (anchor,)
-    return tuple(dict.fromkeys((anchor, anchor.lower(), anchor.upper(), anchor.capitalize(),
-                                anchor.title())))

@@ -18,7 +18,7 @@ import string
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
-from bot.kb.safety import UnsafePattern, anchor_variants, check_linear, derive_anchor
+from bot.kb.safety import UnsafePattern, check_linear, derive_anchor
 
 KEBAB = re.compile(r"[a-z0-9]{1,40}(?:-[a-z0-9]{1,40}){0,12}")
 SNAKE = re.compile(r"[a-z][a-z0-9_]{0,63}")
@@ -97,7 +97,9 @@ class Context(KBModel):
 class Signature(KBModel):
     id: str
     pattern: str
-    kind: Literal["error", "warning", "info"] = "error"
+    # error/warning/info: a log line at that level. prose: a person's words ("cuda out of
+    # memoy", "the second instance fails"): weaker evidence, never above a log line.
+    kind: Literal["error", "warning", "info", "prose"] = "error"
     weight: float = 0.9
     engine: Literal["vllm", "sglang", "tgi", "torch", "nccl", "nvidia", "any"] = "any"
     ignore_case: bool = False
@@ -110,12 +112,17 @@ class Signature(KBModel):
     # Phases (knowledge/phases.yaml) the line must be in to count: a CUDA OOM under
     # `load_model` frames is a loading OOM, the same words under `execute_model` a serving one.
     phases: list[str] = field(default_factory=list)
+    # Patterns of which one must also be found in the same line, anywhere: "OOM" and "while
+    # loading" in either order, without a pattern that scans a window for both.
+    with_any: list[str] = field(default_factory=list)
     note: str = ""
 
     def __post_init__(self) -> None:
         _id("id", self.id)
         _range("weight", self.weight, 0.01, 1.0)
         _linear_regex("pattern", self.pattern)
+        for extra in self.with_any:
+            _linear_regex("with_any", extra)
         for a in self.anchors:
             _literal("anchors", a)
         try:
@@ -124,6 +131,8 @@ class Signature(KBModel):
             raise ValueError(f"pattern: {exc}") from None
 
     def effective_anchors(self) -> tuple[str, ...]:
+        """The literals the scanner looks for. A case-insensitive signature's anchors are
+        lower-cased and found in a lower-cased copy of the text, so every casing is found."""
         if self.anchors:
             base = self.anchors
         else:
@@ -132,15 +141,15 @@ class Signature(KBModel):
                 raise ValueError(f"signature {self.id}: no literal anchor in the pattern; "
                                  "list `anchors:`")
             base = [derived]
-        out: list[str] = []
-        for a in base:
-            out.extend(anchor_variants(a, self.ignore_case))
-        return tuple(dict.fromkeys(out))
+        if self.ignore_case:
+            return tuple(dict.fromkeys(a.lower() for a in base))
+        return tuple(dict.fromkeys(base))
 
 
 def _literal(key: str, value: str) -> None:
-    if len(value) < 3 or set(value) & set("<>&\r\n"):
-        raise ValueError(f"{key}: {value!r} needs 3+ characters and no < > & or newlines")
+    # 3 bytes: selective enough to search for ("GiB", or one CJK character and more)
+    if len(value.encode()) < 3 or set(value) & set("<>&\r\n"):
+        raise ValueError(f"{key}: {value!r} needs 3+ bytes and no < > & or newlines")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -251,25 +260,51 @@ class FixTemplate(KBModel):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Support(KBModel):
+    """One kind of evidence for a cause and how strongly it points there (`score`): a named
+    condition over the facts (`when`, e.g. other_process_memory), or a signature that matched
+    (`signal`, a problem's or a cause's signature id)."""
+
+    when: str | None = None
+    signal: str | None = None
+    score: float = 0.8
+
+    def __post_init__(self) -> None:
+        if (self.when is None) == (self.signal is None):
+            raise ValueError("when: give exactly one of `when` (a condition) or `signal`")
+        if self.when is not None and not SNAKE.fullmatch(self.when):
+            raise ValueError(f"when: {self.when!r} must be a snake_case condition name")
+        if self.signal is not None:
+            _id("signal", self.signal)
+        _range("score", self.score, 0.05, 0.99)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Cause(KBModel):
+    """A root cause. Its score is evidence, not opinion: the strongest `supports` entry that
+    holds (with a little for each further one), 0 when a `rules_out` condition holds, and the
+    `prior` only when the evidence says nothing. `signatures` are lines or phrases that name
+    the cause outright ("must be divisible by tensor parallel size", "the second instance");
+    a cause they find is a finding even when no problem family matched."""
+
     id: str
     revision: int
     title: str
     explanation: str
-    # How the facts rank this cause: `signals` are signature ids whose presence supports it
-    # directly (an NCCL "shared memory segment" warning); `check` names arithmetic in
-    # bot.sizing.checks; `prior` is the confidence when neither can tell.
-    signals: list[str] = field(default_factory=list)
-    check: str | None = None
-    prior: float = 0.3
+    prior: float = 0.2
+    supports: list[Support] = field(default_factory=list)
+    rules_out: list[str] = field(default_factory=list)  # condition names
+    signatures: list[Signature] = field(default_factory=list)
+    memory: bool = True  # False: not about GPU memory (NCCL, drivers, host RAM, config)
     fixes: list[FixTemplate] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         _id("id", self.id)
         _range("revision", self.revision, 1, 10**6)
         _range("prior", self.prior, 0.0, 1.0)
-        if self.check is not None and not SNAKE.fullmatch(self.check):
-            raise ValueError(f"check: {self.check!r} must be a snake_case name")
+        for name in self.rules_out:
+            if not SNAKE.fullmatch(name):
+                raise ValueError(f"rules_out: {name!r} must be a snake_case condition name")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -288,9 +323,22 @@ class Example(KBModel):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ExampleSet(KBModel):
-    problem: str
+    """Real excerpts for one problem (must be named the top problem, or among the problems
+    with `expect: any`) or for one cause's own signatures (one of them must fire); near-misses
+    must not."""
+
+    problem: str | None = None
+    cause: str | None = None
     match: list[Example] = field(default_factory=list)
     near_miss: list[Example] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if (self.problem is None) == (self.cause is None):
+            raise ValueError("problem: give exactly one of `problem` or `cause`")
+
+    @property
+    def owner(self) -> str:
+        return self.problem or self.cause or ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -1,7 +1,9 @@
-"""Running the KB's own examples: every excerpt must match its problem, no near-miss may.
+"""Running the KB's own examples: every excerpt must match its problem (or fire one of its
+cause's signatures), no near-miss may.
 
 This is what `inferbot kb test` and `inferbot kb validate` run, and what the test suite runs,
-so a KB edit that breaks an example fails the same way everywhere.
+so a KB edit that breaks an example fails the same way everywhere. Excerpts are read as a
+diagnosis reads a paste (rebuilt into logical lines first).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bot.evidence.base import FactSink
+from bot.evidence.paste import unwrap
 from bot.evidence.scan import Scanner
 from bot.kb.errors import KBError
 from bot.kb.loader import KB
@@ -19,7 +22,7 @@ from bot.kb.yamlio import load
 
 @dataclass(frozen=True)
 class ExampleResult:
-    problem_id: str
+    problem_id: str  # the problem or cause the example set tests
     kind: str  # "match" | "near_miss"
     index: int
     source: str
@@ -38,27 +41,38 @@ class ExampleResult:
                 f"(found: {found})")
 
 
-def match_problems(compiled: CompiledKB, text: str) -> list[str]:
-    """Problem ids for `text`, best first: the matching half of a diagnosis, no planning."""
+def scan_text(compiled: CompiledKB, text: str) -> Matcher:
+    """The matching half of a diagnosis, no planning."""
     matcher = Matcher(compiled)
-    Scanner([matcher]).scan(text, FactSink())
-    return [p.id for p in matcher.problems()]
+    Scanner([matcher]).scan(unwrap(text, compiled.vocabulary).text, FactSink())
+    return matcher
+
+
+def match_problems(compiled: CompiledKB, text: str) -> list[str]:
+    """Problem ids for `text`, best first."""
+    return [p.id for p in scan_text(compiled, text).problems()]
 
 
 def run_examples(kb: KB) -> list[ExampleResult]:
     compiled = CompiledKB(kb)
     results: list[ExampleResult] = []
-    for pid, exset in sorted(kb.examples.items()):
-        path = kb.example_docs[pid]
+    for owner, exset in sorted(kb.examples.items()):
+        path = kb.example_docs[owner]
         doc = load(Path(path))
+        own = {sig.id for sig in kb.causes[owner].signatures} if exset.cause else set()
         for kind, items in (("match", exset.match), ("near_miss", exset.near_miss)):
             for i, ex in enumerate(items):
-                got = match_problems(compiled, ex.text)
-                if kind == "match":
-                    ok = (got[:1] == [pid]) if ex.expect == "top" else pid in got
+                matcher = scan_text(compiled, ex.text)
+                if exset.cause:
+                    got = sorted(matcher.signatures_seen & own)
+                    ok = bool(got) == (kind == "match")
                 else:
-                    ok = pid not in got
-                results.append(ExampleResult(pid, kind, i, ex.source, ok, got, path,
+                    got = [p.id for p in matcher.problems()]
+                    if kind == "match":
+                        ok = (got[:1] == [owner]) if ex.expect == "top" else owner in got
+                    else:
+                        ok = owner not in got
+                results.append(ExampleResult(owner, kind, i, ex.source, ok, got, path,
                                              doc.line_of((kind, i))))
     return results
 

@@ -1,30 +1,21 @@
-"""Named checks that rank causes by the facts, and named conditions that withhold fixes.
+"""The conditions a KB entry may name, and the values a fix template may use.
 
-The KB refers to these by name (a cause's `check`, a fix's `withhold_if`), so rules stay data
-while the arithmetic stays in tested code. VALUES lists the names a fix template may use.
+A condition is a fact about this incident, worked out from the facts and the sizing, that
+returns the sentence which proves it (with the numbers it used) or None when it does not hold.
+The KB names them: a cause's `supports` and `rules_out`, a fix's `withhold_if`. So the rules
+stay data while the arithmetic stays in tested code. VALUES lists the names a fix template may
+use.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from bot.schema import Facts, Sizing, field_names
 
+ConditionFn = Callable[[Facts, Sizing | None], str | None]  # the proof, or None
 
-@dataclass(frozen=True)
-class CheckResult:
-    """score None: the evidence cannot tell; 0.0: the facts contradict the cause."""
-
-    score: float | None
-    why: str
-
-
-CheckFn = Callable[[Facts, Sizing | None], CheckResult]
-ConditionFn = Callable[[Facts, Sizing | None], str | None]  # a reason to withhold, or None
-
-CHECKS: dict[str, CheckFn] = {}
 CONDITIONS: dict[str, ConditionFn] = {}
 
 # Values the fix planner computes for templates (bot.sizing.plan fills them; None = unknown,
@@ -63,14 +54,6 @@ PLANNED_VALUES: dict[str, str] = {
 VALUES: frozenset[str] = frozenset(
     set(field_names(Facts)) | set(field_names(Sizing)) | set(PLANNED_VALUES)
 )
-
-
-def check(name: str) -> Callable[[CheckFn], CheckFn]:
-    def register(fn: CheckFn) -> CheckFn:
-        CHECKS[name] = fn
-        return fn
-
-    return register
 
 
 def condition(name: str) -> Callable[[ConditionFn], ConditionFn]:
@@ -148,203 +131,231 @@ def foreign_processes_h(f: Facts) -> str | None:
                      for p in procs)
 
 
-@check("kv_needed_exceeds_available")
-def _kv_needed(f: Facts, s: Sizing | None) -> CheckResult:
-    if s is None:
-        return CheckResult(None, "")
-    ruled_out = _weights_rule_out(f, s, "max-model-len")
-    if ruled_out:
-        return ruled_out
-    avail, needed = s.kv_cache_available_gib, s.kv_cache_needed_gib
-    fit, length = s.max_model_len_that_fits, _extra(s, "target_max_model_len")
-    if (avail is not None and avail <= 0) or fit == 0:
-        return CheckResult(0.2, f"no KV memory at all ({_gib(avail or 0.0)} available): a "
-                                "shorter max-model-len cannot help on its own")
-    if needed is not None and avail is not None:
-        verdict = "more than" if needed > avail else "within"
-        why = (f"one request at max-model-len {length} needs {_gib(needed)} of KV cache, "
-               f"{verdict} the {_gib(avail)} available")
-        if fit:
-            why += f"; the largest that fits is {fit}"
-        return CheckResult(0.9 if needed > avail else 0.0, why)
-    if fit is not None and length:
-        too_long = length > fit
-        return CheckResult(0.9 if too_long else 0.0,
-                           f"max-model-len {length} {'exceeds' if too_long else 'is within'} the "
-                           f"largest that fits ({fit})")
-    return CheckResult(None, "")
+# -- another tenant on the GPU ----------------------------------------------------------------
+
+@condition("other_process_memory")
+def _other_process(f: Facts, s: Sizing | None) -> str | None:
+    foreign = _foreign(f, s)
+    if foreign is None or foreign <= FOREIGN_MIN_GIB:
+        return None
+    torch_seen = any(p.source == "torch" and p.is_server is False for p in f.processes)
+    who = foreign_processes_h(f)
+    where = " (torch's OOM message lists it)" if torch_seen else ""
+    return (f"other processes hold {_gib(foreign)}" + (f": {who}" if who else "") + where)
 
 
-@check("utilization_below_safe_range")
-def _util_low(f: Facts, s: Sizing | None) -> CheckResult:
-    util = _util(f, s)
-    if util is None:
-        return CheckResult(None, "")
-    blocked = _withhold_raise(f, s)
-    if blocked:
-        return CheckResult(0.0, blocked)
-    if util >= 0.95:
-        return CheckResult(0.0, f"gpu_memory_utilization is already {util:.2f}, the top of the "
-                                "safe 0.90-0.95 range")
-    need = _extra(s, "utilization_needed")
-    if need is not None and need > 0.95:
-        return CheckResult(0.15, f"even 0.95 is not enough: the KV need calls for "
-                                 f"utilization {need:.3f}")
-    if util < 0.90:
-        return CheckResult(0.8, f"gpu_memory_utilization {util:.2f} is below the safe "
-                                "0.90-0.95 range for a dedicated GPU")
-    if need is not None and need > util:
-        return CheckResult(0.7, f"utilization {need:.3f} (from {util:.2f}) would make one "
-                                "request at max-model-len fit")
-    return CheckResult(None, "")
+@condition("memory_outside_pytorch")
+def _outside(f: Facts, s: Sizing | None) -> str | None:
+    """torch <= 2.0 names no other process, but total - free - reserved is memory this process's
+    allocator does not hold: beyond a CUDA context (~0.5-1.5 GiB) it belongs to someone else."""
+    out, total = f.oom_outside_pytorch_gib, _total(f, s)
+    if out is None or total is None or out < max(2.0, 0.1 * total):
+        return None
+    if any(p.is_server for p in f.processes) or (f.oom_process_in_use_gib or 0) > 0:
+        return None  # torch accounted for this process; other_process_memory covers the rest
+    return (f"{_gib(out)} of the {_gib(total)} GPU was neither free nor held by the failing "
+            "process's PyTorch allocator: another process holds it")
 
 
-@check("weights_dominate_budget")
-def _weights_dominate(f: Facts, s: Sizing | None) -> CheckResult:
-    w = _weights(f, s)
-    budget = f.budget_gib if f.budget_gib is not None else (s.budget_gib if s else None)
+@condition("memory_in_use_before_start")
+def _used_before(f: Facts, s: Sizing | None) -> str | None:
+    used, total = f.used_before_start_gib, _total(f, s)
+    if used is None and f.profile_start_used_gib is not None:
+        w = _weights(f, s)
+        if w is None:
+            return None
+        used = f.profile_start_used_gib - w
+    if used is None or used < max(1.0, 0.05 * (total or 0.0)):
+        return None
+    of = f" of {_gib(total)}" if total else ""
+    return f"{_gib(used)}{of} was already in use before this server allocated anything"
+
+
+@condition("startup_free_check_failed")
+def _free_failed(f: Facts, s: Sizing | None) -> str | None:
+    return _free_check(f, s)
+
+
+@condition("several_engines_on_gpu")
+def _engines(f: Facts, s: Sizing | None) -> str | None:
+    n = f.engines_on_gpu or 0
+    if n < 2:
+        return None
+    return (f"the paste starts {n} inference engines on the same GPU; each sizes itself "
+            "against the whole device, so the later ones find the memory taken")
+
+
+@condition("trainer_shares_gpu")
+def _trainer(f: Facts, s: Sizing | None) -> str | None:
+    if not f.trainer_on_gpu:
+        return None
+    return ("a trainer (GRPO/RLHF) runs next to the vLLM engine it drives; its model, "
+            "gradients and optimizer state take the memory vLLM sized itself against")
+
+
+@condition("non_torch_implausible")
+def _non_torch_odd(f: Facts, s: Sizing | None) -> str | None:
+    """Early V1 counts every process's memory as this server's non-torch memory."""
+    nt = f.non_torch_gib
+    if nt is None or nt < 4.0:
+        return None
+    return (f"{_gib(nt)} of non-torch memory is several times normal (0.1-2 GiB for the CUDA "
+            "context, cuBLAS and NCCL): another process on the GPU is the usual reason")
+
+
+@condition("only_server_on_gpu")
+def _only_server(f: Facts, s: Sizing | None) -> str | None:
+    foreign = _foreign(f, s)
+    if foreign is not None and foreign <= FOREIGN_MIN_GIB and f.processes:
+        return f"the only memory on the GPU is the server's own (others hold {_gib(foreign)})"
+    return None
+
+
+# -- the weights ----------------------------------------------------------------------------------
+
+def _weights_why(f: Facts, s: Sizing | None, w: float) -> str:
+    est = " (estimated from the model's size)" if f.weights_gib is None else ""
+    ranks = (f.tensor_parallel_size or 1) * (f.pipeline_parallel_size or 1)
+    return f"weights {_gib(w)} per GPU{est} at TP x PP = {ranks}"
+
+
+@condition("weights_exceed_gpu")
+def _weights_gpu(f: Facts, s: Sizing | None) -> str | None:
+    w, total = _weights(f, s), _total(f, s)
+    if w is None or not total or w <= total * 0.95:
+        return None
+    return f"{_weights_why(f, s, w)} against one GPU's {_gib(total)}: they cannot load"
+
+
+@condition("weights_exceed_one_gpu_unsharded")
+def _weights_unsharded(f: Facts, s: Sizing | None) -> str | None:
+    if (f.tensor_parallel_size or 1) * (f.pipeline_parallel_size or 1) > 1:
+        return None
+    why = _weights_gpu(f, s)
+    tp = _extra(s, "suggested_tensor_parallel_size")
+    if why and isinstance(tp, int) and tp > 1:
+        why += f"; TP {tp} is the smallest that fits and divides the heads"
+    return why
+
+
+@condition("weights_fill_budget")
+def _weights_fill(f: Facts, s: Sizing | None) -> str | None:
+    return _budget_share(f, s, 0.9)
+
+
+@condition("weights_dominate_budget")
+def _weights_dominate(f: Facts, s: Sizing | None) -> str | None:
+    return _budget_share(f, s, 0.7)
+
+
+@condition("weights_small_in_budget")
+def _weights_small(f: Facts, s: Sizing | None) -> str | None:
+    w, budget = _weights(f, s), _budget(f, s)
+    if w is None or not budget or w >= 0.5 * budget:
+        return None
+    return f"weights {_gib(w)} use only {w / budget:.0%} of the {_gib(budget)} budget"
+
+
+def _budget(f: Facts, s: Sizing | None) -> float | None:
+    return f.budget_gib if f.budget_gib is not None else (s.budget_gib if s else None)
+
+
+def _budget_share(f: Facts, s: Sizing | None, at_least: float) -> str | None:
+    budget = _budget(f, s)
     if not budget:
-        return CheckResult(None, "")
+        return None
+    w = _weights(f, s)
     non_kv = _extra(s, "non_kv_gib")
-    if non_kv is not None:
+    if non_kv is not None and s is not None and s.basis == "log":
         # budget - available: exact when the log printed the KV figure, and it includes the
         # activation and non-torch terms, so it beats a catalog estimate of the weights.
         used = float(non_kv)
-        est = " (estimated)" if f.weights_gib is None else ""
-        shown = f"weights {_gib(w)}{est} + " if w is not None else "weights + "
-        why = f"{shown}activation + non-torch take {_gib(used)} of a {_gib(budget)} budget"
+        what = f"weights {_gib(w)} + activation + non-torch" if w is not None else (
+            "weights + activation + non-torch")
     elif w is not None:
-        used = w
-        est = " (estimated)" if f.weights_gib is None else ""
-        why = f"weights {_gib(w)}{est} of a {_gib(budget)} budget"
+        used, what = w, f"weights {_gib(w)}" + (" (estimated)" if f.weights_gib is None else "")
     else:
-        return CheckResult(None, "")
-    share = used / budget
-    why += f" ({share:.0%})"
-    if share >= 0.9:
-        return CheckResult(0.85, why)
-    if share >= 0.7:
-        return CheckResult(0.55, why)
-    return CheckResult(0.0 if share < 0.5 else 0.25, why)
-
-
-def _weights_rule_out(f: Facts, s: Sizing | None, what: str) -> CheckResult | None:
-    """When the weights alone exceed what any safe budget holds, no lesser term is the cause."""
-    reason = _weights_over_safe(f, s)
-    if reason is None:
         return None
-    return CheckResult(0.0, reason.split(":")[0] + f": {what} cannot be the cause")
+    share = used / budget
+    if share < at_least:
+        return None
+    return f"{what} take {_gib(used)} of the {_gib(budget)} budget ({share:.0%})"
 
 
-@check("tensor_parallel_too_small")
-def _tp_small(f: Facts, s: Sizing | None) -> CheckResult:
-    tp = (f.tensor_parallel_size or 1) * (f.pipeline_parallel_size or 1)
-    count = _gpu_count(f)
-    w, total = _weights(f, s), _total(f, s)
-    if w is not None and total and w > total:
-        return CheckResult(0.9, f"weights {_gib(w)} per rank exceed one GPU's {_gib(total)} "
-                                f"at TP x PP = {tp}")
-    if count is not None and count > tp:
-        return CheckResult(0.7, f"the host shows {count} GPUs and TP x PP uses {tp}")
-    if count is not None:
-        return CheckResult(0.1, f"all {count} GPU(s) already in use (TP x PP = {tp}); more TP "
-                                "needs more GPUs")
-    return CheckResult(None, "")
+@condition("full_precision_fp32")
+def _fp32(f: Facts, s: Sizing | None) -> str | None:
+    if (f.dtype or "") in ("float", "float32", "fp32"):
+        return f"--dtype {f.dtype} loads the weights at 4 bytes per parameter, twice bf16"
+    return None
 
 
-@check("foreign_process_memory")
-def _foreign_check(f: Facts, s: Sizing | None) -> CheckResult:
-    foreign = _foreign(f, s)
-    who = foreign_processes_h(f)
-    if foreign is not None and foreign > FOREIGN_MIN_GIB:
-        return CheckResult(0.9, f"other processes hold {_gib(foreign)}"
-                                + (f" ({who})" if who else ""))
-    failed = _free_check(f, s)
-    if failed:
-        return CheckResult(0.85, failed)
-    if foreign is not None:
-        return CheckResult(0.0, f"other processes hold only {_gib(foreign)}")
-    if f.processes and all(p.is_server for p in f.processes):
-        return CheckResult(0.0, "nvidia-smi shows only the server's processes")
-    return CheckResult(None, "")
+@condition("spare_gpus")
+def _spare(f: Facts, s: Sizing | None) -> str | None:
+    count, used = _gpu_count(f), (f.tensor_parallel_size or 1) * (f.pipeline_parallel_size or 1)
+    if count is not None and count > used:
+        return f"the host shows {count} GPUs and TP x PP uses {used}"
+    return None
 
 
-@check("activation_peak_large")
-def _activation(f: Facts, s: Sizing | None) -> CheckResult:
-    ruled_out = _weights_rule_out(f, s, "the activation peak")
-    if ruled_out:
-        return ruled_out
-    act = f.activation_peak_gib
-    mnbt = f.max_num_batched_tokens
-    budget = f.budget_gib if f.budget_gib is not None else (s.budget_gib if s else None)
-    if act is not None and budget:
-        share = act / budget
-        why = f"activation peak {_gib(act)} ({share:.0%} of the {_gib(budget)} budget"
-        why += f", max_num_batched_tokens {mnbt})" if mnbt else ")"
-        return CheckResult(0.7 if share >= 0.1 or act >= 4 else 0.1, why)
-    if mnbt is not None and mnbt >= 16384:
-        return CheckResult(0.5, f"max_num_batched_tokens {mnbt} sizes a large profile batch")
-    if f.enable_chunked_prefill is False and f.max_model_len and f.max_model_len >= 32768:
-        return CheckResult(0.5, f"chunked prefill off: the profile batch is max-model-len "
-                                f"({f.max_model_len}) tokens")
-    return CheckResult(None, "")
+# -- the KV cache -----------------------------------------------------------------------------
+
+@condition("kv_needed_exceeds_available")
+def _kv_needed(f: Facts, s: Sizing | None) -> str | None:
+    if s is None:
+        return None
+    avail, needed = s.kv_cache_available_gib, s.kv_cache_needed_gib
+    fit, length = s.max_model_len_that_fits, _extra(s, "target_max_model_len")
+    if avail is not None and avail <= 0:
+        return None
+    if needed is not None and avail is not None:
+        if needed <= avail:
+            return None
+        why = (f"one request at max-model-len {length} needs {_gib(needed)} of KV cache, "
+               f"more than the {_gib(avail)} available")
+        return why + (f"; the largest that fits is {fit}" if fit else "")
+    if fit and length and length > fit:
+        asked = "" if f.max_model_len else " (the model's full context, as no flag set it)"
+        return f"max-model-len {length}{asked} exceeds the largest that fits, {fit}"
+    return None
 
 
-@check("cuda_graph_memory")
-def _cuda_graphs(f: Facts, s: Sizing | None) -> CheckResult:
-    ruled_out = _weights_rule_out(f, s, "CUDA-graph memory")
-    if ruled_out:
-        return ruled_out
-    if f.enforce_eager:
-        return CheckResult(0.0, "--enforce-eager is set: no CUDA graphs are captured")
-    graphs = f.cuda_graph_gib
-    if graphs is None:
-        return CheckResult(None, "")
-    headroom = _extra(s, "headroom_gib")
-    why = f"CUDA graphs take {_gib(graphs)}"
-    if headroom is not None:
-        why += f" against {_gib(float(headroom))} left outside the budget"
-    big = graphs >= 1.0 or (headroom is not None and graphs >= float(headroom) * 0.5)
-    return CheckResult(0.7 if big else 0.15, why)
+@condition("no_kv_memory")
+def _no_kv(f: Facts, s: Sizing | None) -> str | None:
+    avail = s.kv_cache_available_gib if s else f.kv_cache_available_gib
+    blocks = f.gpu_blocks if f.gpu_blocks is not None else _extra(s, "num_gpu_blocks")
+    if (avail is not None and avail <= 0) or blocks == 0:
+        return (f"no KV memory at all ({_gib(avail or 0.0)} available, {blocks or 0} blocks): "
+                "the budget is gone before the KV cache, so a shorter context cannot help")
+    return None
 
 
-@check("sampler_warmup_oom")
-def _sampler(f: Facts, s: Sizing | None) -> CheckResult:
-    ruled_out = _weights_rule_out(f, s, "the sampler warm-up")
-    if ruled_out:
-        return ruled_out
-    seqs = f.max_num_seqs
-    if seqs is not None and seqs >= 512:
-        return CheckResult(0.5, f"max_num_seqs {seqs} dummy requests in the sampler warm-up")
-    return CheckResult(None, "")
+@condition("max_model_len_fits")
+def _len_fits(f: Facts, s: Sizing | None) -> str | None:
+    if s is None:
+        return None
+    fit, length = s.max_model_len_that_fits, _extra(s, "target_max_model_len")
+    if fit and length and length <= fit:
+        return f"one request at max-model-len {length} fits (up to {fit})"
+    return None
 
 
-@check("kv_cache_not_fp8")
-def _not_fp8(f: Facts, s: Sizing | None) -> CheckResult:
+@condition("fp8_kv_would_fit")
+def _fp8_fits(f: Facts, s: Sizing | None) -> str | None:
     if (f.kv_cache_dtype or "").startswith("fp8"):
-        return CheckResult(0.0, f"the KV cache is already {f.kv_cache_dtype}")
-    ruled_out = _weights_rule_out(f, s, "the KV cache dtype")
-    if ruled_out:
-        return ruled_out
+        return None
     fp8_fit, length = _extra(s, "fp8_max_model_len"), _extra(s, "target_max_model_len")
     fit = s.max_model_len_that_fits if s else None
-    if fp8_fit is None or not length:
-        return CheckResult(None, "")
-    why = f"with --kv-cache-dtype fp8 the largest max-model-len becomes {fp8_fit} (now {fit})"
-    if fit is not None and fit >= length:
-        # One request fits already; fp8 still doubles the sequences the pool holds, which is
-        # what a preempting, queueing server needs.
-        pressure = (f.preemptions or 0) > 0 or (f.gpu_kv_cache_usage_pct or 0) >= 90
-        blocks = _extra(s, "num_gpu_blocks")
-        more = f"; it doubles the KV pool ({blocks} blocks now)" if blocks else ""
-        return CheckResult(0.5 if pressure else 0.0, f"one request at {length} fits already"
-                           + (more if pressure else ""))
-    return CheckResult(0.6 if fp8_fit >= length else 0.25, why + f" against {length} asked")
+    if fp8_fit and length and fit is not None and fit < length <= fp8_fit:
+        return (f"with --kv-cache-dtype fp8 one request at {length} fits (largest {fp8_fit}, "
+                f"now {fit})")
+    return None
 
 
-@check("concurrency_exceeds_kv")
-def _concurrency(f: Facts, s: Sizing | None) -> CheckResult:
+@condition("kv_pressure")
+def _pressure(f: Facts, s: Sizing | None) -> str | None:
     usage, pre, waiting = f.gpu_kv_cache_usage_pct, f.preemptions, f.waiting_requests
+    if not ((usage is not None and usage >= 90) or pre):
+        return None
     parts = []
     if usage is not None:
         parts.append(f"KV cache usage {usage:.1f}%")
@@ -352,26 +363,123 @@ def _concurrency(f: Facts, s: Sizing | None) -> CheckResult:
         parts.append(f"{pre} preemptions")
     if waiting:
         parts.append(f"{waiting} requests waiting")
-    why = ", ".join(parts)
-    if (usage is not None and usage >= 90) or pre:
-        return CheckResult(0.8, why)
-    if usage is not None and usage < 70:
-        return CheckResult(0.05, why)
-    return CheckResult(None, why)
+    return ", ".join(parts)
 
 
-@check("weights_exceed_gpu")
-def _weights_gpu(f: Facts, s: Sizing | None) -> CheckResult:
-    w, total = _weights(f, s), _total(f, s)
-    if w is None or not total:
-        return CheckResult(None, "")
-    est = " (estimated)" if f.weights_gib is None else ""
-    why = f"weights {_gib(w)}{est} per GPU against {_gib(total)} of GPU memory"
-    if w > total:
-        return CheckResult(0.95, why)
-    if w > total * 0.95:
-        return CheckResult(0.7, why)
-    return CheckResult(0.0, why)
+@condition("kv_usage_low")
+def _usage_low(f: Facts, s: Sizing | None) -> str | None:
+    usage = f.gpu_kv_cache_usage_pct
+    if usage is not None and usage < 50 and not f.preemptions:
+        return f"KV cache usage peaks at {usage:.1f}%: the pool is not the limit"
+    return None
+
+
+# -- utilization and headroom ---------------------------------------------------------------
+
+@condition("utilization_low")
+def _util_low(f: Facts, s: Sizing | None) -> str | None:
+    util = f.gpu_memory_utilization if f.gpu_memory_utilization is not None else (
+        f.mem_fraction_static)
+    if util is None or util >= 0.9:
+        return None
+    return f"gpu_memory_utilization is set to {util:g}, below the 0.90-0.95 a dedicated GPU takes"
+
+
+@condition("utilization_would_fit")
+def _util_fits(f: Facts, s: Sizing | None) -> str | None:
+    util, need = _util(f, s), _extra(s, "utilization_needed")
+    if util is None or need is None or not util < need <= 0.95:
+        return None
+    return f"utilization {need:.3f} (from {util:.2f}) would make one request at max-model-len fit"
+
+
+@condition("utilization_high")
+def _util_high(f: Facts, s: Sizing | None) -> str | None:
+    util = f.gpu_memory_utilization if f.gpu_memory_utilization is not None else (
+        f.mem_fraction_static)
+    if util is None or util < 0.95:
+        return None
+    return (f"utilization {util:g} hands the pool nearly the whole GPU: nothing is left for "
+            "activations, CUDA graphs and the allocator's slack outside it")
+
+
+# -- activations, graphs, warm-up ---------------------------------------------------------------
+
+@condition("activation_peak_large")
+def _activation(f: Facts, s: Sizing | None) -> str | None:
+    act, budget = f.activation_peak_gib, _budget(f, s)
+    if act is None or not budget or not (act >= 0.1 * budget or act >= 4):
+        return None
+    mnbt = f.max_num_batched_tokens
+    return (f"activation peak {_gib(act)} ({act / budget:.0%} of the {_gib(budget)} budget"
+            + (f", max_num_batched_tokens {mnbt})" if mnbt else ")"))
+
+
+@condition("large_batched_tokens")
+def _mnbt(f: Facts, s: Sizing | None) -> str | None:
+    mnbt = f.max_num_batched_tokens or f.max_batch_prefill_tokens
+    if mnbt is None or mnbt < 16384:
+        return None
+    return f"{mnbt} tokens per batch set the size of the profiled (and served) prefill"
+
+
+@condition("chunked_prefill_off_long_context")
+def _no_chunking(f: Facts, s: Sizing | None) -> str | None:
+    if f.enable_chunked_prefill is False and f.max_model_len and f.max_model_len >= 32768:
+        return (f"chunked prefill off: one prefill can be max-model-len ({f.max_model_len}) "
+                "tokens")
+    return None
+
+
+@condition("multimodal_model")
+def _multimodal(f: Facts, s: Sizing | None) -> str | None:
+    name = (f.model or "").lower()
+    if any(k in name for k in ("-vl", "vision", "omni", "minicpm-v", "llava", "pixtral",
+                               "qwen2vl", "internvl", "olmocr", "ocr", "-v-")):
+        return (f"{f.model} profiles a maximum-size image batch through its vision encoder at "
+                "start-up, on top of the text prefill")
+    return None
+
+
+@condition("in_cuda_graph_capture")
+def _in_capture(f: Facts, s: Sizing | None) -> str | None:
+    if f.phase != "cuda-graph":
+        return None
+    graphs = f" (graphs took {_gib(f.cuda_graph_gib)})" if f.cuda_graph_gib else ""
+    return f"it failed while capturing CUDA graphs{graphs}"
+
+
+@condition("cuda_graph_large")
+def _graphs(f: Facts, s: Sizing | None) -> str | None:
+    graphs, headroom = f.cuda_graph_gib, _extra(s, "headroom_gib")
+    if graphs is None:
+        return None
+    if graphs >= 1.0 or (headroom is not None and graphs >= float(headroom) * 0.5):
+        left = f" against {_gib(float(headroom))} left outside the budget" if headroom else ""
+        return f"CUDA graphs take {_gib(graphs)}{left}"
+    return None
+
+
+@condition("in_sampler_warmup")
+def _in_warmup(f: Facts, s: Sizing | None) -> str | None:
+    if f.phase != "warmup":
+        return None
+    seqs = f" with max_num_seqs {f.max_num_seqs} dummy requests" if f.max_num_seqs else ""
+    return f"it failed in the warm-up after the KV cache was allocated{seqs}"
+
+
+@condition("max_num_seqs_large")
+def _seqs(f: Facts, s: Sizing | None) -> str | None:
+    if f.max_num_seqs is not None and f.max_num_seqs >= 512:
+        return f"max_num_seqs {f.max_num_seqs} dummy requests in the sampler warm-up"
+    return None
+
+
+@condition("serving_failed")
+def _serving(f: Facts, s: Sizing | None) -> str | None:
+    if f.phase != "serving":
+        return None
+    return "it failed while serving, after start-up had sized everything"
 
 
 def _withhold_raise(f: Facts, s: Sizing | None) -> str | None:

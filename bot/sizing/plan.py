@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import math
 import string
-from collections.abc import Iterable
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from bot.kb.loader import KB
+from bot.kb.match import SignatureHit
 from bot.kb.schema import Cause, FixTemplate
 from bot.schema import GIB, CauseMatch, Facts, Fix, ProblemMatch, Sizing, WithheldFix, to_data
 from bot.sizing.budget import (
@@ -28,16 +29,12 @@ from bot.sizing.budget import (
     tp_sizes,
 )
 from bot.sizing.catalog import UnknownName, resolve_model
-from bot.sizing.checks import (
-    CHECKS,
-    CONDITIONS,
-    PLANNED_VALUES,
-    CheckResult,
-    foreign_processes_h,
-)
+from bot.sizing.checks import CONDITIONS, PLANNED_VALUES, foreign_processes_h
 
-SIGNAL_SCORE = 0.95  # a signature naming the cause is direct evidence: above any check
-SUPPORTED = 0.5  # a cause at or above this is backed by the facts, not just possible
+MAX_CAUSES = 3  # supported causes shown; the rest are named in one line
+UNDECIDED_CAUSES = 2  # shown as possible when the evidence supports none
+CORROBORATION = 0.03  # per further support that holds
+QUOTE_CHARS = 160
 DEFAULT_ENGINE = "vllm"
 DEFAULT_UTILIZATION = 0.9  # vLLM's gpu_memory_utilization default (SGLang's is similar)
 
@@ -48,100 +45,129 @@ class Plan:
 
     sizing: Sizing | None = None
     causes: list[CauseMatch] = field(default_factory=list)
+    more_causes: list[str] = field(default_factory=list)  # not ruled out, not shown above
     fixes: list[Fix] = field(default_factory=list)
     withheld: list[WithheldFix] = field(default_factory=list)
 
 
+@dataclass(slots=True)
+class Scored:
+    cause: Cause
+    score: float
+    why: str
+    supported: bool  # the score came from evidence, not the KB's prior
+    ruled_out: str | None = None  # the condition that contradicts it
+
+
 def plan(kb: KB, problems: list[ProblemMatch], facts: Facts,
          model_config: dict[str, Any] | None = None,
-         signatures: Iterable[str] = frozenset()) -> Plan:
-    """Rank the matched problems' causes and turn their fix templates into commands.
+         hits: Mapping[str, Sequence[SignatureHit]] | None = None) -> Plan:
+    """Rank the causes by the evidence and turn the supported ones' fix templates into
+    commands.
 
     Sizing is computed only when a matched problem is about memory: an NCCL or tokenizer
     error gets no memory arithmetic forced onto it.
     """
-    seen = set(signatures) | {s for p in problems for s in p.signature_ids}
+    hits = hits or {}
     memory = any(kb.problems[p.id].memory_problem for p in problems if p.id in kb.problems)
     sizing = compute_sizing(facts, model_config) if memory else None
-    ranked, ruled_out, evidenced = rank_causes(kb, problems, facts, sizing, seen)
+    ranked = rank_causes(kb, problems, facts, sizing, hits)
+    live = [sc for sc in ranked if sc.ruled_out is None]
+    shown = [sc for sc in live if sc.supported][:MAX_CAUSES]
+    if not shown:
+        shown = live[:UNDECIDED_CAUSES]
     values = template_values(facts, sizing, model_config)
     fixes: list[tuple[int, int, int, Fix]] = []
     withheld: list[WithheldFix] = []
     seen_ids: set[str] = set()
     seen_commands: set[str] = set()  # two causes' templates can render the same command
     engine = facts.engine or DEFAULT_ENGINE
-    # When the facts support some causes, only their fixes are proposed; the other causes
-    # stay listed as possible, and their fixes appear only if withheld (so "why not raise
-    # utilization?" is answered). When the evidence decides nothing (a one-line paste), every
-    # candidate's fix is offered, as the seed does.
-    backed = {m.id for c, m in ranked if m.confidence >= SUPPORTED and c.id in evidenced}
-    candidates: list[tuple[Cause, int, str | None, bool]] = [
-        (c, rank, None, c.id in backed or not backed) for rank, (c, _) in enumerate(ranked)]
-    candidates += [(c, len(ranked), why, False) for c, why in ruled_out]
-    for cause, rank, ruled_out_why, proposable in candidates:
-        for fx in cause.fixes:
+    # Only the supported causes' fixes are proposed; a cause the facts contradict shows its
+    # fixes as withheld (so "why not raise utilization?" is answered). When the evidence
+    # decides nothing, one first step: the least disruptive fix of the likeliest cause.
+    proposable = {sc.cause.id for sc in shown if sc.supported}
+    undecided = not proposable
+    for rank, sc in enumerate([*live, *(sc for sc in ranked if sc.ruled_out)]):
+        for fx in sc.cause.fixes:
             if fx.engine not in (engine, "any") or fx.id in seen_ids:
                 continue
             seen_ids.add(fx.id)
-            fix = fill_fix(fx, cause.id, values)
+            fix = fill_fix(fx, sc.cause.id, values)
             if fix is None or fix.command in seen_commands:
                 continue
             seen_commands.add(fix.command)
             reason = withhold_reason(fx, fix, facts, sizing)
-            if reason is None and ruled_out_why is not None:
-                reason = f"ruled out by the facts: {ruled_out_why}"
+            if reason is None and sc.ruled_out is not None:
+                reason = f"ruled out by the facts: {sc.ruled_out}"
             if reason:
                 withheld.append(WithheldFix(id=fix.id, title=fix.title, reason=reason))
-            elif proposable:
+            elif sc.cause.id in proposable or (undecided and rank == 0):
                 fixes.append((fix.disruption, rank, len(fixes), fix))
     fixes.sort(key=lambda t: t[:3])
-    return Plan(sizing=sizing, causes=[m for _, m in ranked], fixes=[t[3] for t in fixes],
-                withheld=withheld)
+    if undecided:
+        fixes = fixes[:1]
+    shown_ids = {sc.cause.id for sc in shown}
+    return Plan(sizing=sizing, causes=[_match(sc) for sc in shown],
+                more_causes=[sc.cause.id for sc in live if sc.cause.id not in shown_ids],
+                fixes=[t[3] for t in fixes], withheld=withheld)
+
+
+def _match(sc: Scored) -> CauseMatch:
+    why = sc.why if sc.supported else "possible: the evidence does not decide it"
+    return CauseMatch(id=sc.cause.id, title=sc.cause.title, confidence=round(sc.score, 3),
+                      why=why, explanation=sc.cause.explanation, supported=sc.supported)
 
 
 def rank_causes(kb: KB, problems: list[ProblemMatch], facts: Facts, sizing: Sizing | None,
-                seen: set[str]
-                ) -> tuple[list[tuple[Cause, CauseMatch]], list[tuple[Cause, str]], set[str]]:
-    """The union of the problems' candidate causes, scored best first; the causes the facts
-    contradict (score 0), with why, so their fixes can be shown as withheld; and the ids whose
-    score came from the evidence (a signal or a check) rather than the KB's prior."""
+                hits: Mapping[str, Sequence[SignatureHit]]) -> list[Scored]:
+    """Every candidate cause scored, best first: the matched problems' candidates (in the
+    problems' order, which breaks ties) and the causes a signature of their own names."""
     order: list[str] = []
     for p in problems:
         prob = kb.problems.get(p.id)
-        for cid in prob.causes if prob else []:
-            if cid in kb.causes and cid not in order:
-                order.append(cid)
-    scored: list[tuple[float, int, Cause, CauseMatch]] = []
-    ruled_out: list[tuple[Cause, str]] = []
-    evidenced: set[str] = set()
-    for i, cid in enumerate(order):
-        cause = kb.causes[cid]
-        score, why, from_evidence = score_cause(cause, facts, sizing, seen)
-        if from_evidence:
-            evidenced.add(cid)
-        if score <= 0.0:
-            ruled_out.append((cause, why))
-            continue
-        match = CauseMatch(id=cid, title=cause.title, confidence=round(min(score, 1.0), 3),
-                           why=why, explanation=cause.explanation)
-        scored.append((-score, i, cause, match))
-    scored.sort(key=lambda t: t[:2])
-    return [(c, m) for _, _, c, m in scored], ruled_out, evidenced
+        order += [cid for cid in (prob.causes if prob else []) if cid in kb.causes]
+    order += [c.id for c in kb.causes.values() if any(sig.id in hits for sig in c.signatures)]
+    order = list(dict.fromkeys(order))
+    scored = [score_cause(kb.causes[cid], facts, sizing, hits) for cid in order]
+    return [sc for _, sc in sorted(enumerate(scored), key=lambda t: (-t[1].score, t[0]))]
 
 
-def score_cause(cause: Cause, facts: Facts, sizing: Sizing | None, seen: set[str]
-                ) -> tuple[float, str, bool]:
-    result = CheckResult(None, "")
-    if cause.check is not None and cause.check in CHECKS:
-        result = CHECKS[cause.check](facts, sizing)
-    hits = [s for s in cause.signals if s in seen]
-    if hits:
-        why = f"the log shows {', '.join(hits)}"
-        return SIGNAL_SCORE, f"{why}; {result.why}" if result.why else why, True
-    if result.score is None:
-        return (cause.prior, result.why or "the evidence does not decide this; listed as possible",
-                False)
-    return result.score, result.why, True
+def score_cause(cause: Cause, facts: Facts, sizing: Sizing | None,
+                hits: Mapping[str, Sequence[SignatureHit]]) -> Scored:
+    """The strongest support that holds, a little more for each further one; 0 when a
+    rules_out condition holds (unless the log names the cause outright); else the prior."""
+    held: list[tuple[float, str]] = []
+    for sup in cause.supports:
+        if sup.signal is not None:
+            if sup.signal in hits:
+                held.append((sup.score, quote(hits[sup.signal][-1])))
+        elif (why := CONDITIONS[sup.when or ""](facts, sizing)) is not None:
+            held.append((sup.score, why))
+    named = False
+    for sig in cause.signatures:
+        if sig.id in hits:
+            hit = hits[sig.id][-1]
+            named = named or hit.kind in ("error", "warning")
+            held.append((sig.weight, quote(hit)))
+    if not named:
+        for name in cause.rules_out:
+            why = CONDITIONS[name](facts, sizing)
+            if why is not None:
+                return Scored(cause, 0.0, why, False, ruled_out=why)
+    if not held:
+        return Scored(cause, cause.prior, "", False)
+    held.sort(key=lambda t: -t[0])
+    score = min(0.99, held[0][0] + CORROBORATION * (len(held) - 1))
+    return Scored(cause, score, "; ".join(dict.fromkeys(w for _, w in held[:2])), True)
+
+
+def quote(hit: SignatureHit) -> str:
+    """A line as evidence: the log's words, or the user's."""
+    text = " ".join(hit.line.split())
+    if len(text) > QUOTE_CHARS:
+        text = text[:QUOTE_CHARS - 1] + "…"
+    who = "you wrote" if hit.kind == "prose" else "the log says"
+    return f'{who} "{text}" (line {hit.line_no})'
 
 
 # -- template values -------------------------------------------------------------------------

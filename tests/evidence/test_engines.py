@@ -33,23 +33,23 @@ CASES: list[tuple[str, dict[str, Any]]] = [
     ('Unable to warmup model: Generation("Allocation on device 0 would exceed allowed memory. '
      "(out of memory)\\nCurrently allocated     : 16.08 GiB\\nRequested               : 4.83 GiB"
      "\\nDevice limit            : 22.20 GiB\\nFree (according to CUDA): 11.12 MiB\\n\")",
-     {"oom_gpu_index": 0, "oom_process_in_use_gib": 16.08, "oom_tried_to_allocate_gib": 4.83,
+     {"oom_gpu_index": 0, "oom_allocated_gib": 16.08, "oom_tried_to_allocate_gib": 4.83,
       "gpu_total_gib": 22.2, "oom_free_gib": 11.12 * MIB}),
     ("Allocation on device 1 would exceed allowed memory. (out of memory)\n"
      "Currently allocated     : 16.08 GiB\nRequested               : 4.83 GiB\n"
      "Device limit            : 22.20 GiB\nFree (according to CUDA): 11.12 MiB",
-     {"oom_gpu_index": 1, "oom_process_in_use_gib": 16.08, "oom_tried_to_allocate_gib": 4.83,
+     {"oom_gpu_index": 1, "oom_allocated_gib": 16.08, "oom_tried_to_allocate_gib": 4.83,
       "gpu_total_gib": 22.2, "oom_free_gib": 11.12 * MIB}),
     ("Requested : 5 GiB for the shared pool", {"oom_tried_to_allocate_gib": None}),
     # PyTorch, every wording
     ("CUDA out of memory. Tried to allocate 160.00 MiB (GPU 0; 79.35 GiB total capacity; 78.58 "
      "GiB already allocated; 145.19 MiB free; 78.58 GiB reserved in total by PyTorch)",
      {"oom_tried_to_allocate_gib": 160 * MIB, "oom_gpu_index": 0, "gpu_total_gib": 79.35,
-      "oom_free_gib": 145.19 * MIB, "oom_process_in_use_gib": 78.58}),
+      "oom_free_gib": 145.19 * MIB, "oom_allocated_gib": 78.58, "oom_reserved_gib": 78.58}),
     ("Server error: CUDA out of memory. Tried to allocate 42.00 MiB. GPU 0 has a total capacty of "
      "39.39 GiB of which 31.94 MiB is free. Process 7529 has 39.23 GiB memory in use.",
      {"oom_tried_to_allocate_gib": 42 * MIB, "gpu_total_gib": 39.39,
-      "oom_free_gib": 31.94 * MIB, "oom_process_in_use_gib": 39.23}),
+      "oom_free_gib": 31.94 * MIB, "oom_process_in_use_gib": None}),
     ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.00 GiB. GPU 3 has a total "
      "capacity of 184.00 GiB of which 2.21 GiB is free. Including non-PyTorch memory, this "
      "process has 181.77 GiB memory in use.",

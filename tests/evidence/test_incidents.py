@@ -37,7 +37,8 @@ KEY_TO_FACT: dict[str, tuple[str, str]] = {
     "free_GiB": ("oom_free_gib", "="),
     "tried_to_allocate_GiB": ("oom_tried_to_allocate_gib", "="),
     "tried_to_allocate_MiB": ("oom_tried_to_allocate_gib", "MiB"),
-    "process_in_use_GiB": ("oom_process_in_use_gib", "="),
+    # "this process has" (the server), or the "Process N has" line torch printed
+    "process_in_use_GiB": ("in_use", "="),
     "mem_fraction_static": ("mem_fraction_static", "="),
     "tensor_parallel_size": ("tensor_parallel_size", "="),
     "free_MiB": ("oom_free_gib", "MiB"),
@@ -48,7 +49,7 @@ KEY_TO_FACT: dict[str, tuple[str, str]] = {
     "cuda": ("cuda_version", "="),
     "compute_cap": ("compute_capability", "="),
     "compute_capability": ("compute_capability", "="),
-    "allocated_GiB": ("oom_process_in_use_gib", "="),
+    "allocated_GiB": ("oom_allocated_gib", "="),
     "requested_GiB": ("oom_tried_to_allocate_gib", "="),
     "device_limit_GiB": ("gpu_total_gib", "="),
     "total_gpu_memory_GiB": ("gpu_total_gib", "="),
@@ -121,7 +122,11 @@ def _facts(incident_id: str) -> Facts:
 def test_incident_figure(incident: str, key: str, target: str, value: Any) -> None:
     fact, how = target.split(":")
     facts = _facts(incident)
-    got = getattr(facts, fact)
+    if fact == "in_use":
+        listed = [p.used_mib / 1024 for p in facts.processes if p.used_mib]
+        got = facts.oom_process_in_use_gib or (max(listed) if listed else None)
+    else:
+        got = getattr(facts, fact)
     if isinstance(value, list) and how == "=":
         assert got in value, (fact, got)
         return

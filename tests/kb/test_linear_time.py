@@ -24,6 +24,8 @@ def _patterns() -> list[tuple[str, re.Pattern[str], tuple[str, ...]]]:
            for cs in compiled.signatures]
     out += [(f"context:{rx.pattern}", re.compile(rx.pattern), anchors)
             for rx, anchors in compiled.contexts]
+    out += [(f"{cs.sig.id}:with_any", re.compile(rx.pattern, rx.flags), cs.anchors)
+            for cs in compiled.signatures for rx in cs.with_any]
     return out
 
 

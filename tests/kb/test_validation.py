@@ -36,7 +36,7 @@ id: demo-cause
 revision: 1
 title: Demo cause
 explanation: Because.
-signals: [demo-sig]
+supports: [{signal: demo-sig, score: 0.9}]
 """
 
 EXAMPLES = """\

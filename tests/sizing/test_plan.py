@@ -181,13 +181,13 @@ def test_formatting_rules() -> None:
     assert round_length(81_664) == 80_896 and round_length(700) == 688
 
 
-def test_same_command_from_two_causes_is_offered_once(kb: KB) -> None:
-    # nothing decides between the causes, so every candidate's fix is offered (as the seed does)
+def test_nothing_decided_gives_one_first_step(kb: KB) -> None:
+    # no fact supports any cause: two are shown as possible, and one first step is offered
+    # rather than every candidate's fix
     p = plan(kb, no_blocks(), Facts())
-    commands = [f.command for f in p.fixes]
-    assert len(commands) == len(set(commands))
-    assert commands.count("nvidia-smi --query-gpu=memory.used,memory.total,memory.free "
-                          "--format=csv") == 1
+    assert len(p.causes) == 2 and not any(c.supported for c in p.causes)
+    assert [f.id for f in p.fixes] == ["lower-max-model-len"]
+    assert set(p.more_causes) >= {"tensor-parallel-too-small"}
 
 
 def test_only_supported_causes_contribute_fixes_once_the_facts_decide(kb: KB) -> None:

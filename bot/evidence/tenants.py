@@ -1,0 +1,72 @@
+"""Who else is on the GPU, as a paste shows it: several servers started, several `LLM(...)`
+engines built, or a trainer sharing the device with the engine it drives.
+
+vLLM sizes its KV cache as a fraction of the whole GPU, so a second server, a second `LLM`
+object in the same script, or a GRPO/RLHF trainer holding the same device is the classic
+reason the next engine finds no memory. The commands and code people paste show it before any
+number does: two `vllm serve` lines with different ports, `LLM(` twice, `accelerate launch`
+with `use_vllm: true`, or `self.llm = LLM(` in grpo_trainer's frames.
+
+Two commands pinned to disjoint GPUs (`CUDA_VISIBLE_DEVICES=0` and `=1`) do not share one.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from bot.evidence.base import FactSink, Line
+from bot.lazyre import lazy
+
+# A server being started (a command, not a traceback frame: frames name files with slashes).
+_SERVER_COMMANDS = ("vllm serve ", "vllm.entrypoints.openai.api_server",
+                    "vllm.entrypoints.api_server", "sglang.launch_server",
+                    "text-generation-launcher ")
+_LLM = ("LLM(", "AsyncLLMEngine.from_engine_args", "LLMEngine.from_engine_args")
+_TRAINERS = ("grpo_trainer", "GRPOTrainer", "ppo_trainer", "PPOTrainer", "accelerate launch",
+             "deepspeed ", "colocate", "actor_rollout_ref", "openrlhf", "verl.trainer")
+# a trainer's settings that drive a vLLM engine of its own
+_TRAINER_VLLM = ("use_vllm", "vllm_gpu_memory_utilization", "vllm_mode", "rollout.name=vllm")
+_DEVICES = lazy(r"CUDA_VISIBLE_DEVICES=[\"']?(?P<ids>\d{1,2}(?:,\d{1,2}){0,15})")
+_CODE_LLM = lazy(r"(?:^|[=\s(])LLM\(")
+_CHATTER = ("Received request", "prompt: ")
+
+
+class TenantsExtractor:
+    name: ClassVar[str] = "tenants"
+    anchors: ClassVar[tuple[str, ...]] = (*_SERVER_COMMANDS, *_LLM, *_TRAINERS, *_TRAINER_VLLM)
+    follow: ClassVar[int] = 0
+
+    def __init__(self) -> None:
+        # each server command: the GPUs it is pinned to, if any
+        self._servers: list[frozenset[str] | None] = []
+        self._seen: set[str] = set()
+        self._engines: set[str] = set()
+        self._trainer = self._trainer_vllm = False
+
+    def feed(self, line: Line, sink: FactSink) -> None:
+        text = line.text
+        if any(c in text for c in _CHATTER):
+            return
+        if any(c in text for c in _SERVER_COMMANDS):
+            # The same one-line command pasted twice is one server; a command continued over
+            # lines (`\`) shows its differences below, so each start counts.
+            key = " ".join(text.split())
+            if key.endswith("\\") or key not in self._seen:
+                self._seen.add(key)
+                m = _DEVICES.search(text)
+                self._servers.append(frozenset(m.group("ids").split(",")) if m else None)
+        if any(k in text for k in _LLM) and _CODE_LLM.search(text):
+            self._engines.add(" ".join(text.split()))
+        self._trainer = self._trainer or any(k in text for k in _TRAINERS)
+        self._trainer_vllm = self._trainer_vllm or any(k in text for k in _TRAINER_VLLM)
+
+    def finish(self, sink: FactSink) -> None:
+        pinned = [gpus for gpus in self._servers if gpus is not None]
+        disjoint = len(pinned) == len(self._servers) and all(
+            not (a & b) for i, a in enumerate(pinned) for b in pinned[i + 1:])
+        servers = 1 if disjoint and self._servers else len(self._servers)
+        engines = servers + len(self._engines)
+        if engines:
+            sink.set("engines_on_gpu", engines)
+        if self._trainer_vllm or (self._trainer and (engines or sink.get("engine") == "vllm")):
+            sink.set("trainer_on_gpu", True)
