@@ -70,6 +70,7 @@ def diagnose(evidence: Evidence, kb: KB, stream: BinaryIO | None = None) -> Diag
     hits = {sid: [dataclasses.replace(h, line=redact(h.line)) for h in seen]
             for sid, seen in matcher.hits.items()}
     result = plan(kb, problems, facts, evidence.model_config_json, hits)
+    problems = result.problems
 
     top = problems[0] if problems else None
     digest, _ = fingerprint(top.id if top else None, signature_line(top.evidence if top else []),

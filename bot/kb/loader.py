@@ -244,6 +244,11 @@ def check_references(kb: KB) -> None:
         for rid in p.related:
             if rid not in kb.problems:
                 raise KBError(where.path, where.line, f"problem {p.id}: unknown related {rid!r}")
+        for claim in p.claims:
+            if claim.problem not in kb.problems:
+                raise KBError(where.path, where.line,
+                              f"problem {p.id}: claims unknown problem {claim.problem!r}")
+            condition(claim.when, f"problem {p.id} claims", where)
     for c in kb.causes.values():
         for sig in c.signatures:
             signature(sig, c.id, kb.origins[f"cause:{c.id}"])

@@ -4,10 +4,10 @@ Ranking follows how an on-call engineer reads a log: the error that ended the pr
 warnings before it (kind first: error > warning > prose > info), a more specific signature beats
 a generic one (weight), and between equals the later line wins (the last start attempt is the
 one that failed). A person's words (`prose`) rank below the log's errors and warnings, and a
-memory problem only they support is dropped when the log shows a failure that is not about GPU
-memory: a sentence of framing ("OOM") never outranks, or adds to, a log line that shows
-otherwise (an NCCL timeout, the host's OOM killer). A `fallback` signature (a CUDA OOM with no
-phase) only counts on lines no specific signature explained.
+memory or performance problem only they support is dropped when the paste names a failure
+that is not about GPU memory: a sentence of framing ("OOM") never outranks, or adds to, a line
+that shows otherwise (an NCCL timeout, the host's OOM killer). A `fallback` signature (a CUDA
+OOM with no phase) only counts on lines no specific signature explained.
 
 Causes have signatures too (a line that names the cause outright, such as "must be divisible
 by tensor parallel size"); their hits are kept per signature for the planner.
@@ -30,8 +30,8 @@ from bot.lazyre import LazyPattern
 from bot.schema import ProblemMatch
 
 KIND_RANK = {"error": 4, "warning": 3, "prose": 2, "info": 1}
-LOG_KINDS = frozenset({"error", "warning"})  # what silences a problem only prose supports
 MAX_EVIDENCE = 5
+MAX_DEFERRED = 200  # lines waiting for their phase until the end of the input
 
 
 @dataclass(frozen=True)
@@ -147,6 +147,8 @@ class Matcher:
         self.hits: dict[str, list[SignatureHit]] = {}
         self._owner = compiled.by_id
         self.phase = PhaseTracker(compiled.phases)
+        self._deferred: list[tuple[Line, list[CompiledSignature]]] = []
+        self._explained: set[int] = set()  # lines a specific signature matched
 
     @property
     def signatures_seen(self) -> set[str]:
@@ -173,16 +175,28 @@ class Matcher:
             return
         phase = self.phase.phase_at(text, line.no)
         prose = None  # decided only when a phrase signature is a candidate
-        matched = []
+        offered = []
         for i in sorted(candidates):
             cs = comp.signatures[i]
             if cs.sig.kind == "prose":
                 prose = is_prose(text) if prose is None else prose
                 if not prose:
                     continue
-            if self._applies(cs, text, line.no, phase):
-                matched.append(cs)
+            offered.append(cs)
+        if phase is None and any(cs.sig.phases for cs in offered):
+            # The phase may show below the line (an error printed before its traceback) or
+            # elsewhere in the paste: the phase-bound and fallback signatures wait for the end.
+            waiting = [cs for cs in offered if cs.sig.phases or cs.sig.fallback]
+            if len(self._deferred) < MAX_DEFERRED:
+                self._deferred.append((line, waiting))
+            offered = [cs for cs in offered if not (cs.sig.phases or cs.sig.fallback)]
+        self._match(offered, line, phase)
+
+    def _match(self, offered: list[CompiledSignature], line: Line, phase: str | None) -> None:
+        matched = [cs for cs in offered if self._applies(cs, line.text, line.no, phase)]
         if any(not cs.sig.fallback for cs in matched):
+            self._explained.add(line.no)
+        if line.no in self._explained:
             matched = [cs for cs in matched if not cs.sig.fallback]
         for cs in matched:
             self._record(cs, line, phase)
@@ -204,7 +218,11 @@ class Matcher:
         return not any(self._ctx_last[i] >= lo for i in cs.ctx_none)
 
     def _record(self, cs: CompiledSignature, line: Line, phase: str | None) -> None:
-        hit = SignatureHit(line.no, line.text, cs.sig.kind, phase)
+        kind = cs.sig.kind
+        if kind != "prose" and is_prose(line.text):
+            # a message quoted inside someone's sentence is their report of it, not the log
+            kind = "prose"
+        hit = SignatureHit(line.no, line.text, kind, phase)
         seen = self.hits.setdefault(cs.sig.id, [])
         if len(seen) < 2:
             seen.append(hit)
@@ -213,11 +231,11 @@ class Matcher:
         if cs.of_cause:
             return
         hits = self._hits.setdefault(cs.owner, _ProblemHits())
-        kind = KIND_RANK[cs.sig.kind]
+        rank = KIND_RANK[kind]
         hits.count += 1
-        if (kind, cs.sig.weight) > (hits.best_kind, hits.best_weight):
-            hits.best_kind, hits.best_weight = kind, cs.sig.weight
-        if kind == hits.best_kind:
+        if (rank, cs.sig.weight) > (hits.best_kind, hits.best_weight):
+            hits.best_kind, hits.best_weight = rank, cs.sig.weight
+        if rank == hits.best_kind:
             hits.last_line = max(hits.last_line, line.no)
             hits.phase = phase
         if cs.sig.id not in hits.signature_ids:
@@ -231,7 +249,12 @@ class Matcher:
             hits.lines = [hits.lines[0], *hits.lines[2:], entry]
 
     def finish(self, sink: FactSink) -> None:
-        """Nothing to flush: results are read with `problems()`."""
+        """Place the lines whose phase was unknown when they were read: by the frames just
+        below them, else by any frames in the paste."""
+        deferred, self._deferred = self._deferred, []
+        for line, waiting in deferred:
+            phase = self.phase.phase_after(line.text, line.no) or self.phase.any_phase()
+            self._match(waiting, line, phase)
 
     def renumber(self, raw_line: Callable[[int], int]) -> None:
         """Report lines by their number in the input as sent (a paste's logical lines were
@@ -243,18 +266,19 @@ class Matcher:
             self.hits[sig_id] = [SignatureHit(raw_line(h.line_no), h.line, h.kind, h.phase)
                                  for h in seen]
 
-    def _other_failure_logged(self) -> bool:
-        """Whether the log itself (not a person's words) shows an error or warning that is not
-        about GPU memory: of a problem (NCCL, a driver) or of a cause named outright (the host's
-        OOM killer, heads not divisible by the TP size)."""
+    def _other_failure_named(self) -> bool:
+        """Whether the paste names a failure that is not about GPU memory: an NCCL, driver or
+        hardware problem, or a cause such as the host's OOM killer or heads not divisible by
+        the TP size, in a log line or in the user's words."""
         kb = self.compiled.kb
-        for cs_id, seen in self.hits.items():
-            if not any(h.kind in LOG_KINDS for h in seen):
+        for sig_id in self.hits:
+            owner = self._owner[sig_id]
+            if owner.of_cause:
+                if not kb.causes[owner.owner].memory:
+                    return True
                 continue
-            owner = self._owner[cs_id]
-            memory = (kb.causes[owner.owner].memory if owner.of_cause
-                      else kb.problems[owner.owner].memory_problem)
-            if not memory:
+            problem = kb.problems[owner.owner]
+            if not problem.memory_problem and problem.failure:
                 return True
         return False
 
@@ -262,10 +286,12 @@ class Matcher:
         ranked = sorted(self._hits.items(),
                         key=lambda kv: (kv[1].best_kind, kv[1].best_weight, kv[1].last_line),
                         reverse=True)
-        if self._other_failure_logged():
+        if self._other_failure_named():
+            # "OOM" or "slow" in someone's words does not stand against a failure the paste
+            # names that is not GPU memory
             kb = self.compiled.kb
             ranked = [(pid, h) for pid, h in ranked if h.best_kind != KIND_RANK["prose"]
-                      or not kb.problems[pid].memory_problem]
+                      or (kb.problems[pid].failure and not kb.problems[pid].memory_problem)]
         out = []
         for pid, hits in ranked:
             problem = self.compiled.kb.problems[pid]

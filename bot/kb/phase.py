@@ -21,6 +21,8 @@ from bot.lazyre import lazy
 
 TRACEBACK = "Traceback (most recent call last)"
 FRAME_WINDOW = 200  # lines: a traceback deeper than this is rare, and an older frame is stale
+AFTER_WINDOW = 80  # lines after an error in which its own traceback, or a worker's report, shows
+MAX_FRAMES_KEPT = 5000
 _STREAM = lazy(
     r"(?:\([^()\n]{0,100}?(?:pid|rank)=\d{1,10}[^()\n]{0,60}\) {0,2}|\[rank\d{1,5}\]:? ?)"
     r"{1,3}")
@@ -55,6 +57,8 @@ class PhaseTracker:
     def __init__(self, markers: PhaseMarkers) -> None:
         self.markers = markers
         self._frames: dict[str, deque[tuple[int, int]]] = {}  # stream -> (line, rank)
+        # every frame seen, for errors printed before their traceback (bounded)
+        self._all: deque[tuple[int, int, str]] = deque(maxlen=MAX_FRAMES_KEPT)
         self._milestone: int | None = None
 
     def see(self, text: str, line_no: int, literals: set[str]) -> None:
@@ -68,6 +72,7 @@ class PhaseTracker:
                 if m.frame:
                     frames = self._frames.setdefault(stream, deque())
                     frames.append((line_no, m.rank))
+                    self._all.append((line_no, m.rank, stream))
                     while frames and frames[0][0] < line_no - FRAME_WINDOW:
                         frames.popleft()
                 else:
@@ -83,6 +88,23 @@ class PhaseTracker:
         if ranks:
             return self.markers.ids[min(ranks)]
         return None if self._milestone is None else self.markers.ids[self._milestone]
+
+
+    def phase_after(self, text: str, line_no: int) -> str | None:
+        """The phase shown by frames printed just after an error line: an error reported
+        before its traceback ("Future exception was never retrieved", a worker's "Exception in
+        worker ... while processing method load_model" below it). The same process's frames
+        first, then any process's."""
+        stream = _stream(text)
+        near = [(r, s) for no, r, s in self._all if line_no < no <= line_no + AFTER_WINDOW]
+        ranks = [r for r, s in near if s == stream] or [r for r, _ in near]
+        return self.markers.ids[min(ranks)] if ranks else None
+
+    def any_phase(self) -> str | None:
+        """The phase the paste's frames show anywhere: for a person's "it reports OOM" above
+        a traceback whose error line was cut."""
+        ranks = [r for _, r, _ in self._all]
+        return self.markers.ids[min(ranks)] if ranks else None
 
 
 def _stream(text: str) -> str:

@@ -205,12 +205,30 @@ class FAQ(KBModel):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Claim(KBModel):
+    """A match of `problem` that the paste could not place in a phase belongs to this problem
+    when condition `when` holds: an OOM with no frames, on weights that cannot fit the GPU,
+    happened while loading them."""
+
+    problem: str
+    when: str
+
+    def __post_init__(self) -> None:
+        _id("problem", self.problem)
+        if not SNAKE.fullmatch(self.when):
+            raise ValueError(f"when: {self.when!r} must be a snake_case condition name")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Problem(KBModel):
     id: str
     revision: int
     title: str
     short_answer: str
     memory_problem: bool  # True when the symptom is about GPU memory
+    # False for a complaint rather than a failure (slow generation): a person's words naming
+    # a failure elsewhere (NCCL, host RAM) outweigh it as they outweigh a memory claim
+    failure: bool = True
     signatures: list[Signature]
     causes: list[str] = field(default_factory=list)  # candidate cause ids
     confirm: list[str] = field(default_factory=list)
@@ -220,6 +238,7 @@ class Problem(KBModel):
     faq: list[FAQ] = field(default_factory=list)
     related: list[str] = field(default_factory=list)
     affects: str = ""
+    claims: list[Claim] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         _id("id", self.id)

@@ -20,6 +20,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from bot.lazyre import lazy
 from bot.schema import GIB, MIB, Facts, Sizing
 from bot.sizing.catalog import (
     GpuSpec,
@@ -40,10 +41,13 @@ REDUNDANCY_BUFFER_GIB = 150 * MIB / GIB  # vLLM's --kv-cache-memory suggestion m
 # Bytes per parameter by weight format. 4-bit AWQ/GPTQ carry group scales/zeros and keep the
 # embeddings and lm_head in 16 bit, which averages to about 0.56 B/param on 7B-70B models;
 # FP8/INT8 checkpoints keep a few tensors in 16 bit (~2 %).
-BYTES_PER_PARAM = {"16bit": 2.0, "8bit": 1.02, "4bit": 0.5625}
+BYTES_PER_PARAM = {"32bit": 4.0, "16bit": 2.0, "8bit": 1.02, "4bit": 0.5625}
 _FOUR_BIT = ("awq", "gptq", "bnb-4bit", "bitsandbytes", "nvfp4", "mxfp4", "marlin", "exl2",
              "gguf", "4bit", "int4", "w4a16")
 _EIGHT_BIT = ("fp8", "int8", "w8a8", "8bit", "compressed-tensors", "modelopt")
+_FULL = ("float", "float32", "fp32")  # --dtype float: 4 bytes per parameter
+_SIZE_IN_NAME = lazy(r"(?<![A-Za-z0-9.])(?:(?P<experts>\d{1,3})x)?(?P<n>\d{1,4}(?:\.\d{1,2})?)"
+                     r"(?P<u>[bBmM])(?![A-Za-z0-9])")
 
 # Rules of thumb for the profile terms when the log does not show them (catalog estimates):
 # the dummy forward holds ~16 hidden-sized bf16 vectors per batched token (MLP intermediate,
@@ -57,13 +61,30 @@ DEFAULT_VOCAB = 128_000
 
 
 def weight_format(quantization: str | None, dtype: str | None = None) -> str:
-    """'16bit' / '8bit' / '4bit' for a --quantization value or a checkpoint dtype."""
+    """'32bit' / '16bit' / '8bit' / '4bit' for a --quantization value or a dtype."""
     q = (quantization or dtype or "").lower()
     if any(k in q for k in _FOUR_BIT):
         return "4bit"
     if any(k in q for k in _EIGHT_BIT):
         return "8bit"
+    if q in _FULL:
+        return "32bit"
     return "16bit"
+
+
+def params_from_name(name: str | None) -> float | None:
+    """The parameter count a model's name states ("Qwen2-7B-Instruct", "llama-2-13b-chat",
+    "opt-125m", "Mixtral-8x7B"), for a model the catalog does not know. An MoE's active size
+    ("30B-A3B") is not its total."""
+    if not name:
+        return None
+    best: float | None = None
+    for m in _SIZE_IN_NAME.finditer(name.rsplit("/", 1)[-1]):
+        n = float(m.group("n")) * (1e9 if m.group("u") in "bB" else 1e6)
+        if m.group("experts"):
+            n *= int(m.group("experts"))
+        best = n if best is None else max(best, n)
+    return best
 
 
 def estimate_weights_gib(params: float, fmt: str, shards: int = 1) -> float:
@@ -167,7 +188,7 @@ class Budget:
             self.notes.append("gpu_memory_utilization not shown: vLLM's default 0.9 assumed")
         self.weight_fmt = weight_format(
             self.f.quantization or (inp.model.quantization if inp.model else None),
-            inp.model.spec.weight_dtype if inp.model else None)
+            (inp.model.spec.weight_dtype if inp.model else None) or self.f.dtype)
         self.weights = self._weights()
         self.mnbt = self.f.max_num_batched_tokens
         self.activation = self._activation()
@@ -198,13 +219,15 @@ class Budget:
         if self.f.weights_gib is not None:
             return self.f.weights_gib
         m = self.inp.model
-        if m is None or m.spec.params is None:
+        params = m.spec.params if m is not None else params_from_name(self.f.model)
+        if params is None:
             return None
         self.estimated.append("weights")
         shards = self.inp.tp * self.inp.pp
-        w = estimate_weights_gib(m.spec.params, self.weight_fmt, shards)
+        w = estimate_weights_gib(params, self.weight_fmt, shards)
         offload = f" - {self.f.cpu_offload_gb:g} GiB offloaded" if self.f.cpu_offload_gb else ""
-        self.notes.append(f"weights estimated: {m.spec.params / 1e9:.1f}B params x "
+        named = " (the size in its name)" if m is None else ""
+        self.notes.append(f"weights estimated: {params / 1e9:.1f}B params{named} x "
                           f"{BYTES_PER_PARAM[self.weight_fmt]} B ({self.weight_fmt}) / {shards} "
                           f"rank(s){offload} = {w - (self.f.cpu_offload_gb or 0):.2f} GiB")
         return max(0.0, w - (self.f.cpu_offload_gb or 0.0))

@@ -11,6 +11,7 @@ cannot work here (raising utilization while another process holds the memory, ..
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import string
 from collections.abc import Mapping, Sequence
@@ -44,6 +45,7 @@ class Plan:
     """What the planner adds to a Diagnosis."""
 
     sizing: Sizing | None = None
+    problems: list[ProblemMatch] = field(default_factory=list)  # as the facts place them
     causes: list[CauseMatch] = field(default_factory=list)
     more_causes: list[str] = field(default_factory=list)  # not ruled out, not shown above
     fixes: list[Fix] = field(default_factory=list)
@@ -71,6 +73,7 @@ def plan(kb: KB, problems: list[ProblemMatch], facts: Facts,
     hits = hits or {}
     memory = any(kb.problems[p.id].memory_problem for p in problems if p.id in kb.problems)
     sizing = compute_sizing(facts, model_config) if memory else None
+    problems = place(kb, problems, facts, sizing)
     ranked = rank_causes(kb, problems, facts, sizing, hits)
     live = [sc for sc in ranked if sc.ruled_out is None]
     shown = [sc for sc in live if sc.supported][:MAX_CAUSES]
@@ -107,9 +110,28 @@ def plan(kb: KB, problems: list[ProblemMatch], facts: Facts,
     if undecided:
         fixes = fixes[:1]
     shown_ids = {sc.cause.id for sc in shown}
-    return Plan(sizing=sizing, causes=[_match(sc) for sc in shown],
+    return Plan(sizing=sizing, problems=problems, causes=[_match(sc) for sc in shown],
                 more_causes=[sc.cause.id for sc in live if sc.cause.id not in shown_ids],
                 fixes=[t[3] for t in fixes], withheld=withheld)
+
+
+def place(kb: KB, problems: list[ProblemMatch], facts: Facts, sizing: Sizing | None
+          ) -> list[ProblemMatch]:
+    """Problems the paste could not place in a phase, given to the problem that claims them
+    when the facts say so (knowledge/problems: `claims`)."""
+    out = []
+    for p in problems:
+        taker = next((q for q in kb.problems.values() for c in q.claims
+                      if c.problem == p.id and p.phase is None
+                      and CONDITIONS[c.when](facts, sizing) is not None), None)
+        if taker is None or any(o.id == taker.id for o in problems):
+            out.append(p)
+            continue
+        why = CONDITIONS[next(c.when for c in taker.claims if c.problem == p.id)](facts, sizing)
+        out.append(dataclasses.replace(p, id=taker.id, title=taker.title,
+                                       summary=taker.short_answer.strip(),
+                                       evidence=[*p.evidence, f"(placed by the facts: {why})"]))
+    return out
 
 
 def _match(sc: Scored) -> CauseMatch:
