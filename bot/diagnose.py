@@ -64,8 +64,9 @@ def diagnose(evidence: Evidence, kb: KB, stream: BinaryIO | None = None) -> Diag
         matcher.renumber(paste.raw_line)
 
     problems = matcher.problems(redact)
+    phase = problems[0].phase if problems else None
     facts = dataclasses.replace(_merge(sink.build(), evidence.collected),
-                                phase=problems[0].phase if problems else None)
+                                phase=phase or matcher.phase.last_milestone())
     # causes quote the lines that support them: redacted, as every line that leaves the core
     hits = {sid: [dataclasses.replace(h, line=redact(h.line)) for h in seen]
             for sid, seen in matcher.hits.items()}

@@ -109,6 +109,7 @@ class Facts(Strict):
     model: str | None = None
     dtype: str | None = None
     quantization: str | None = None
+    num_attention_heads: int | None = None  # as an error printed it (the model's config wins)
     # server flags
     max_model_len: int | None = None
     gpu_memory_utilization: float | None = None
@@ -257,6 +258,14 @@ class CauseMatch(Strict):
 
 
 @dataclass(slots=True, kw_only=True)
+class CauseRef(Strict):
+    """A cause named without its evidence: not ruled out, not shown among the ranked ones."""
+
+    id: str
+    title: str
+
+
+@dataclass(slots=True, kw_only=True)
 class Fix(Strict):
     """A command the user can paste, with the computed value and what it will change."""
 
@@ -329,7 +338,7 @@ class Diagnosis(Strict):
     host: str | None = None
     problems: list[ProblemMatch] = field(default_factory=list)
     causes: list[CauseMatch] = field(default_factory=list)
-    more_causes: list[str] = field(default_factory=list)  # not ruled out, not shown: cause ids
+    more_causes: list[CauseRef] = field(default_factory=list)  # not ruled out, not shown
     facts: Facts = field(default_factory=Facts)
     sizing: Sizing | None = None
     fixes: list[Fix] = field(default_factory=list)

@@ -14,7 +14,7 @@ from bot.lazyre import lazy
 
 # A GPU model: a family prefix and a model number, with an optional memory size.
 _GPU = lazy(
-    r"(?<![\w-])(?:(?P<count>\d{1,2}) ?[x×] ?)?"
+    r"(?<![\w-])(?:(?P<count>\d{1,2}) ?[x×*] ?)?"
     r"(?P<name>(?:NVIDIA |Nvidia )?(?:GeForce |Tesla |Quadro )?"
     r"(?:RTX ?(?:PRO )?[A-Z]?\d{3,4}(?: ?Ti| ?Ada| D| SUPER)?|GTX ?\d{3,4}(?: ?Ti)?|"
     r"GB?[HB]?\d{3}|[AHLBVTP]\d{1,4}[A-Z]?(?:-SXM\d?|-PCIE)?)(?: ?\d{2,3} ?GB)?)"
@@ -28,6 +28,8 @@ _REPO = lazy(r"(?<![\w./-])(?P<repo>[A-Za-z0-9][\w.-]{0,40}/[A-Za-z0-9][\w.-]{0,
                    r"(?![\w/-])")
 _KNOWN_PARTS = lazy(r"(?:A100|A800|H100|H800|H200|H20|A10G|A30|A40|L40S?|V100|P100|B200)\b")
 _GPU_CONTEXT = lazy(r"\s{0,2}(?:GPU|\(|\d{2,3} ?GB)")
+# "3 GPUs", "two 24G cards", "8张A800" (a count with no model name next to it)
+_COUNT = lazy(r"(?<![\w.])(?P<count>\d{1,2}) ?(?:x |\* )?(?:GPUs|gpus|GPU cards|cards|张)")
 _MAX_PROSE = 2000
 _FAMILY_WORDS = ("llama", "qwen", "qwq", "mistral", "mixtral", "deepseek", "gemma", "phi-",
                  "falcon", "gpt-", "glm", "yi-", "kimi", "starcoder", "granite", "nemotron")
@@ -36,7 +38,8 @@ _FAMILY_WORDS = ("llama", "qwen", "qwq", "mistral", "mixtral", "deepseek", "gemm
 class MentionsExtractor:
     name: ClassVar[str] = "mentions"
     anchors: ClassVar[tuple[str, ...]] = (
-        "NVIDIA", "RTX", "Tesla", "A100", "H100", "H200", "A10G", "L40", "V100",
+        "NVIDIA", "RTX", "Tesla", "A100", "H100", "H200", "A10G", "L40", "V100", "GPUs", "gpus",
+        "cards", "张",
         "lama", "LaMA", "Qwen", "qwen", "istral", "eepSeek", "eepseek", "emma", "gpt-oss", "Phi-")
     follow: ClassVar[int] = 0
 
@@ -48,6 +51,8 @@ class MentionsExtractor:
             sink.set_default("gpu_name", m.group("name").strip(), line.no)
             if m.group("count"):
                 sink.set_default("gpu_count", int(m.group("count")), line.no)
+        if sink.get("gpu_count") is None and (c := _COUNT.search(text)):
+            sink.set_default("gpu_count", int(c.group("count")), line.no)
         if sink.get("model") is None:
             model = _model(text)
             if model:

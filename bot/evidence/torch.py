@@ -65,12 +65,17 @@ class _Message:
         own = None if self.allocated is None else self.allocated + (self.unallocated or 0.0)
         server_pid: int | None = None
         if self.this_process is None and own is not None and self.others:
-            # In a container torch lists the failing process under its host PID: the line
-            # whose size is PyTorch's memory plus a context is the server.
-            pid, gib = min(self.others, key=lambda o: abs(o[1] - own))
-            if own - 0.05 <= gib <= own + max(CONTEXT_GIB, 0.1 * own):
-                server_pid = pid
-        known = self.this_process is not None or own is not None
+            # In a container torch lists every process under its host PID, the failing one
+            # too. That one holds at least what PyTorch allocated: the only line that large is
+            # it; of several, the one nearest PyTorch's memory plus a context.
+            large = [o for o in self.others if o[1] >= own - 0.05]
+            if len(large) == 1:
+                server_pid = large[0][0]
+            elif large:
+                pid, gib = min(large, key=lambda o: o[1] - own)
+                if gib <= own + max(CONTEXT_GIB, 0.1 * own):
+                    server_pid = pid
+        known = self.this_process is not None or server_pid is not None
         return [GpuProcess(gpu_index=self.gpu, pid=pid, used_mib=gib * 1024, source="torch",
                            is_server=(pid == server_pid) if known else None)
                 for pid, gib in self.others]

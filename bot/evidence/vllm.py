@@ -109,6 +109,8 @@ _RULES = Rules(
     rule("GPU has compute capability",
          r"Your (?P<gpu_name>[\w .-]{1,60}?) GPU has compute capability "
          r"(?P<compute_capability>\d{1,2}\.\d{1,2})"),
+    rule("must be divisible by tensor parallel size",
+         rf"Total number of attention heads \({num('num_attention_heads')}\) must be divisible"),
     rule("The quantization method",
          r"The quantization method (?P<quantization>[\w-]{1,32}) is not supported"),
 )
@@ -148,6 +150,7 @@ class VllmExtractor:
         "Auto-fit max_model_len", "Using max model len", "total_num_cumulative_preemption",
         "GPU KV cache usage",
         "Starting to load model", "GPU has compute capability", "The quantization method",
+        "must be divisible by tensor parallel size",
         "LLM engine (v", "Engine core initialization failed", "VLLM_USE_V1", "Falling back to V0",
         "vLLM API server version", "vLLM version", "vLLM Version", "vLLM: ", "vllm==", "vllm-",
         "vllm serve", "vllm.entrypoints", "VLLM::", "/vllm/")

@@ -15,6 +15,7 @@ by tensor parallel size"); their hits are kept per signature for the planner.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -54,6 +55,7 @@ class SignatureHit:
     line: str
     kind: str
     phase: str | None
+    at: int = 0  # where in the line the signature matched
 
 
 @dataclass
@@ -148,7 +150,8 @@ class Matcher:
         self._owner = compiled.by_id
         self.phase = PhaseTracker(compiled.phases)
         self._deferred: list[tuple[Line, list[CompiledSignature]]] = []
-        self._explained: set[int] = set()  # lines a specific signature matched
+        self._explained: set[int] = set()  # lines a specific problem signature matched
+        self._at = 0  # where the last signature that applied matched in its line
 
     @property
     def signatures_seen(self) -> set[str]:
@@ -194,7 +197,7 @@ class Matcher:
 
     def _match(self, offered: list[CompiledSignature], line: Line, phase: str | None) -> None:
         matched = [cs for cs in offered if self._applies(cs, line.text, line.no, phase)]
-        if any(not cs.sig.fallback for cs in matched):
+        if any(not (cs.sig.fallback or cs.of_cause) for cs in matched):
             self._explained.add(line.no)
         if line.no in self._explained:
             matched = [cs for cs in matched if not cs.sig.fallback]
@@ -205,8 +208,10 @@ class Matcher:
                  ) -> bool:
         if cs.sig.phases and phase not in cs.sig.phases:
             return False
-        if not cs.regex.search(text):
+        m = cs.regex.search(text)
+        if m is None:
             return False
+        self._at = m.start()
         if cs.with_any and not any(p.search(text) for p in cs.with_any):
             return False
         ctx = cs.sig.context
@@ -222,7 +227,7 @@ class Matcher:
         if kind != "prose" and is_prose(line.text):
             # a message quoted inside someone's sentence is their report of it, not the log
             kind = "prose"
-        hit = SignatureHit(line.no, line.text, kind, phase)
+        hit = SignatureHit(line.no, line.text, kind, phase, self._at)
         seen = self.hits.setdefault(cs.sig.id, [])
         if len(seen) < 2:
             seen.append(hit)
@@ -263,7 +268,7 @@ class Matcher:
             hits.lines = [(raw_line(no), text) for no, text in hits.lines]
             hits.last_line = raw_line(hits.last_line) if hits.last_line else 0
         for sig_id, seen in self.hits.items():
-            self.hits[sig_id] = [SignatureHit(raw_line(h.line_no), h.line, h.kind, h.phase)
+            self.hits[sig_id] = [dataclasses.replace(h, line_no=raw_line(h.line_no))
                                  for h in seen]
 
     def _other_failure_named(self) -> bool:

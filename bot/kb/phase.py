@@ -100,6 +100,11 @@ class PhaseTracker:
         ranks = [r for r, s in near if s == stream] or [r for r, _ in near]
         return self.markers.ids[min(ranks)] if ranks else None
 
+    def last_milestone(self) -> str | None:
+        """Where the log had got to when it ends: "Capturing the model for CUDA graphs" as the
+        last line a server printed says capture is where it stopped."""
+        return None if self._milestone is None else self.markers.ids[self._milestone]
+
     def any_phase(self) -> str | None:
         """The phase the paste's frames show anywhere: for a person's "it reports OOM" above
         a traceback whose error line was cut."""

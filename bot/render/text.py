@@ -6,7 +6,52 @@ terminal and in the thread.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from bot.schema import Diagnosis, Facts, Sizing
+
+PROSE_NOTE = "from your description, not a log line: weaker evidence"
+
+
+@dataclass(frozen=True)
+class Headline:
+    """What an answer leads with, whatever renders it: the problem (or, when no problem family
+    matched, the cause a line named outright), its explanation and the lines that show it."""
+
+    title: str
+    label: str  # the id and how sure
+    summary: str
+    proof: list[tuple[int | None, str]] = field(default_factory=list)
+
+
+def headline(d: Diagnosis) -> Headline | None:
+    if d.problems:
+        top = d.problems[0]
+        label = f"{top.id}, confidence {top.confidence:.2f}"
+        if top.from_prose:
+            label += f", {PROSE_NOTE}"
+        summary = d.guide.short_answer if d.guide and d.guide.short_answer else top.summary
+        proof: list[tuple[int | None, str]] = list(
+            zip(top.line_numbers, top.evidence, strict=False))
+        return Headline(top.title, label, summary, proof)
+    named = [c for c in d.causes if c.supported]
+    if not named:
+        return None
+    c = named[0]
+    return Headline(c.title, f"{c.id}, confidence {c.confidence:.2f}", c.explanation.strip(),
+                    [(None, c.why)] if c.why else [])
+
+
+def cause_lines(d: Diagnosis, host: str | None = None) -> list[str]:
+    """The ranked causes, each with its evidence, and one line for the rest."""
+    out = []
+    for i, c in enumerate(d.causes, 1):
+        out.append(f"{i}. {c.title}" + (f": {c.why}" if c.why else ""))
+    if d.more_causes:
+        names = ", ".join(c.title[:1].lower() + c.title[1:] for c in d.more_causes[:4])
+        where = f"inferbot check {host}" if host else "inferbot check HOST"
+        out.append(f"Not ruled out: {names}; `{where}` (the host's own numbers) would decide.")
+    return out
 
 
 def _gib(v: float | None) -> str:
@@ -92,7 +137,8 @@ def numbers(d: Diagnosis) -> list[str]:
 
 def render(d: Diagnosis) -> str:
     lines: list[str] = []
-    if not d.problems:
+    head = headline(d)
+    if head is None:
         lines.append("No known problem matched.")
         if d.input.note:
             lines.append(d.input.note)
@@ -109,14 +155,13 @@ def render(d: Diagnosis) -> str:
         lines.append(f"KB {d.kb_version} ({d.kb_hash})")
         return "\n".join(lines)
 
-    top = d.problems[0]
-    lines.append(f"{top.title}  [{top.id}, confidence {top.confidence:.2f}]")
-    if d.guide and d.guide.short_answer:
-        lines.append(d.guide.short_answer)
+    lines.append(f"{head.title}  [{head.label}]")
+    if head.summary:
+        lines.append(head.summary)
     lines.append("")
     lines.append("Evidence:")
-    for no, text in zip(top.line_numbers, top.evidence, strict=False):
-        lines.append(f"  line {no}: {_clip(text)}")
+    for no, text in head.proof:
+        lines.append(f"  line {no}: {_clip(text)}" if no is not None else f"  {_clip(text)}")
     if len(d.problems) > 1:
         also = ", ".join(f"{p.id} ({p.confidence:.2f})" for p in d.problems[1:])
         lines.append(f"Also seen: {also}")
@@ -125,12 +170,11 @@ def render(d: Diagnosis) -> str:
         lines.append("")
         lines.append("The numbers:")
         lines.extend(f"  {n}" for n in nums)
-    if d.causes:
+    causes = cause_lines(d, d.host)
+    if causes:
         lines.append("")
         lines.append("Likely causes:")
-        for i, c in enumerate(d.causes, 1):
-            lines.append(f"  {i}. {c.title} ({c.confidence:.2f})" + (f": {c.why}" if c.why
-                                                                         else ""))
+        lines.extend(f"  {c}" for c in causes)
     if d.fixes:
         lines.append("")
         lines.append("Fix it (least disruptive first):")

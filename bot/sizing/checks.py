@@ -462,10 +462,21 @@ def _graphs(f: Facts, s: Sizing | None) -> str | None:
 
 @condition("in_sampler_warmup")
 def _in_warmup(f: Facts, s: Sizing | None) -> str | None:
-    if f.phase != "warmup":
+    if f.phase != "warmup" or f.engine not in (None, "vllm"):
         return None
     seqs = f" with max_num_seqs {f.max_num_seqs} dummy requests" if f.max_num_seqs else ""
     return f"it failed in the warm-up after the KV cache was allocated{seqs}"
+
+
+@condition("tgi_warmup_prefill")
+def _tgi_warmup(f: Facts, s: Sizing | None) -> str | None:
+    """TGI's warm-up runs one prefill of --max-batch-prefill-tokens: its activations are the
+    peak that does not fit."""
+    if f.engine != "tgi" or f.phase != "warmup":
+        return None
+    tokens = f.max_batch_prefill_tokens
+    what = f"{tokens} prefill tokens" if tokens else "--max-batch-prefill-tokens prefill tokens"
+    return f"TGI's warm-up runs one batch of {what}; its activations did not fit"
 
 
 @condition("max_num_seqs_large")

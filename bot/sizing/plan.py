@@ -21,7 +21,17 @@ from typing import Any
 from bot.kb.loader import KB
 from bot.kb.match import SignatureHit
 from bot.kb.schema import Cause, FixTemplate
-from bot.schema import GIB, CauseMatch, Facts, Fix, ProblemMatch, Sizing, WithheldFix, to_data
+from bot.schema import (
+    GIB,
+    CauseMatch,
+    CauseRef,
+    Facts,
+    Fix,
+    ProblemMatch,
+    Sizing,
+    WithheldFix,
+    to_data,
+)
 from bot.sizing.budget import (
     SAFE_MAX_UTIL,
     SAFE_MIN_UTIL,
@@ -47,7 +57,7 @@ class Plan:
     sizing: Sizing | None = None
     problems: list[ProblemMatch] = field(default_factory=list)  # as the facts place them
     causes: list[CauseMatch] = field(default_factory=list)
-    more_causes: list[str] = field(default_factory=list)  # not ruled out, not shown above
+    more_causes: list[CauseRef] = field(default_factory=list)  # not ruled out, not shown above
     fixes: list[Fix] = field(default_factory=list)
     withheld: list[WithheldFix] = field(default_factory=list)
 
@@ -111,7 +121,8 @@ def plan(kb: KB, problems: list[ProblemMatch], facts: Facts,
         fixes = fixes[:1]
     shown_ids = {sc.cause.id for sc in shown}
     return Plan(sizing=sizing, problems=problems, causes=[_match(sc) for sc in shown],
-                more_causes=[sc.cause.id for sc in live if sc.cause.id not in shown_ids],
+                more_causes=[CauseRef(id=sc.cause.id, title=sc.cause.title)
+                             for sc in live if sc.cause.id not in shown_ids],
                 fixes=[t[3] for t in fixes], withheld=withheld)
 
 
@@ -185,9 +196,13 @@ def score_cause(cause: Cause, facts: Facts, sizing: Sizing | None,
 
 def quote(hit: SignatureHit) -> str:
     """A line as evidence: the log's words, or the user's."""
-    text = " ".join(hit.line.split())
-    if len(text) > QUOTE_CHARS:
-        text = text[:QUOTE_CHARS - 1] + "…"
+    line = hit.line
+    if len(line) > QUOTE_CHARS:
+        # the part of a long line around what matched
+        start = max(0, min(hit.at - QUOTE_CHARS // 4, len(line) - QUOTE_CHARS))
+        line = ("…" if start else "") + line[start:start + QUOTE_CHARS] + (
+            "…" if start + QUOTE_CHARS < len(line) else "")
+    text = " ".join(line.split())
     who = "you wrote" if hit.kind == "prose" else "the log says"
     return f'{who} "{text}" (line {hit.line_no})'
 
@@ -244,11 +259,14 @@ def _valid_tp(facts: Facts, model_config: dict[str, Any] | None, gpus: int | Non
     model accepts on the GPUs the host shows."""
     if not gpus:
         return None
+    limit = gpus // (facts.pipeline_parallel_size or 1)
     try:
         spec = resolve_model(model_config or facts.model or "").spec
     except UnknownName:
-        return None
-    sizes = tp_sizes(spec, gpus // (facts.pipeline_parallel_size or 1))
+        heads = facts.num_attention_heads  # the divisibility error names the head count
+        fits = [tp for tp in range(1, limit + 1) if heads and heads % tp == 0]
+        return fits[-1] if fits else None
+    sizes = tp_sizes(spec, limit)
     return sizes[-1] if sizes else None
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from bot.render.text import numbers, render
+from bot.render.text import cause_lines, headline, numbers, render
 from bot.schema import Diagnosis
 
 Block = dict[str, Any]
@@ -117,16 +117,16 @@ def answer(d: Diagnosis, *, history_line: str | None, incident_id: int | None,
     Buttons: "This fixed it" on each fix (needs the stored incident id), "Collect from HOST"
     when a host is known, "Wrong diagnosis". Values carry ids only; handlers re-check them.
     """
-    if not d.problems:
+    head = headline(d)
+    if head is None:
         return _no_match(d, history_line)
-    top = d.problems[0]
-    must: list[Block] = [header(top.title)]
-    summary = f"`{top.id}` · confidence {top.confidence:.2f}"
-    if d.guide and d.guide.short_answer:
-        summary += "\n" + esc(d.guide.short_answer)
+    must: list[Block] = [header(head.title)]
+    summary = f"`{esc(head.label)}`"
+    if head.summary:
+        summary += "\n" + esc(head.summary)
     must.append(section(summary))
-    proof = "\n".join(f"line {no}: {line}"
-                      for no, line in zip(top.line_numbers, top.evidence, strict=False))
+    proof = "\n".join(f"line {no}: {line}" if no is not None else line
+                      for no, line in head.proof)
     if proof:
         must.append(section("*Proof*\n" + code(proof, SECTION_MAX - 10)))
     nums = numbers(d)
@@ -150,10 +150,9 @@ def answer(d: Diagnosis, *, history_line: str | None, incident_id: int | None,
     if len(d.problems) > 1:
         also = ", ".join(f"`{p.id}` ({p.confidence:.2f})" for p in d.problems[1:6])
         optional.append(context(f"Also seen: {also}"))
-    if d.causes:
-        lines = [f"{i}. {esc(c.title)} ({c.confidence:.2f})" + (f": {esc(c.why)}" if c.why else "")
-                 for i, c in enumerate(d.causes[:5], 1)]
-        optional.append(section("*Likely causes*\n" + "\n".join(lines)))
+    causes = cause_lines(d, host)
+    if causes:
+        optional.append(section("*Likely causes*\n" + "\n".join(esc(c) for c in causes)))
     if d.withheld_fixes:
         lines = [f"• {esc(w.title)}: {esc(w.reason)}" for w in d.withheld_fixes[:5]]
         optional.append(section("*Not proposed here*\n"
@@ -180,7 +179,7 @@ def answer(d: Diagnosis, *, history_line: str | None, incident_id: int | None,
     while len(blocks) > MAX_BLOCKS or _size(blocks) > TEXT_BUDGET:
         blocks.pop(len(blocks) - len(tail) - 1)
         attachment = render(d)
-    fallback = esc(f"{top.title}: " + "; ".join(f.command for f in fixes[:2]))
+    fallback = esc(f"{head.title}: " + "; ".join(f.command for f in fixes[:2]))
     return Reply(text=clip(fallback, FALLBACK_MAX), blocks=blocks, attachment=attachment)
 
 
