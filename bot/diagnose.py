@@ -53,8 +53,8 @@ def diagnose(evidence: Evidence, kb: KB, stream: BinaryIO | None = None) -> Diag
     paste, beyond that it is scanned in bounded chunks; otherwise `evidence.text` is read."""
     sink = FactSink()
     matcher = Matcher(compiled_kb(kb))
-    scanner = Scanner([*(cls() for cls in EXTRACTORS), matcher])
     source, paste = _input(evidence.text, stream, compiled_kb(kb).vocabulary)
+    scanner = Scanner([*(cls() for cls in EXTRACTORS), matcher], large=paste is None)
     stats = scanner.scan(source if paste is None else paste.text, sink)
     if paste is not None:
         # counted on the paste as sent, not on its rebuilt lines
@@ -68,7 +68,7 @@ def diagnose(evidence: Evidence, kb: KB, stream: BinaryIO | None = None) -> Diag
     facts = dataclasses.replace(_merge(sink.build(), evidence.collected),
                                 phase=phase or matcher.phase.last_milestone())
     # causes quote the lines that support them: redacted, as every line that leaves the core
-    hits = {sid: [dataclasses.replace(h, line=redact(h.line)) for h in seen]
+    hits = {sid: [h._replace(line=redact(h.line)) for h in seen]
             for sid, seen in matcher.hits.items()}
     result = plan(kb, problems, facts, evidence.model_config_json, hits)
     problems = result.problems

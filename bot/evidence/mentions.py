@@ -18,16 +18,24 @@ _GPU = lazy(
     r"(?P<name>(?:NVIDIA |Nvidia )?(?:GeForce |Tesla |Quadro )?"
     r"(?:RTX ?(?:PRO )?[A-Z]?\d{3,4}(?: ?Ti| ?Ada| D| SUPER)?|GTX ?\d{3,4}(?: ?Ti)?|"
     r"GB?[HB]?\d{3}|[AHLBVTP]\d{1,4}[A-Z]?(?:-SXM\d?|-PCIE)?)(?: ?\d{2,3} ?GB)?)"
-    r"(?![\w-])")
+    r"(?:(?: ?[x×*] ?)(?P<after>\d{1,2}))?(?![\w-])")
 # A model size in billions/millions of parameters, or a Hugging Face repo id.
 _FAMILY = lazy(
-    r"(?<![\w./-])(?P<name>(?:Meta-)?(?:Llama|LLaMA|Qwen|QwQ|Mistral|Mixtral|DeepSeek|Gemma|"
-    r"gemma|Phi|Falcon|CodeLlama|gpt-oss|Yi|GLM|Kimi)[\w .-]{0,40})")
+    r"(?<![\w./-])(?P<name>(?:Meta-)?(?:Llama|QwQ|Qwen|Mistral|Mixtral|DeepSeek|Gemma|Phi|"
+    r"Falcon|CodeLlama|gpt-oss|Yi|GLM|Kimi)[\w .-]{0,40})", re.IGNORECASE)
 _SIZE = lazy(r"^(.{0,40}?\b\d{1,4}(?:\.\d{1,2})?[BbMm])(?![\w])")
 _REPO = lazy(r"(?<![\w./-])(?P<repo>[A-Za-z0-9][\w.-]{0,40}/[A-Za-z0-9][\w.-]{0,80})"
                    r"(?![\w/-])")
-_KNOWN_PARTS = lazy(r"(?:A100|A800|H100|H800|H200|H20|A10G|A30|A40|L40S?|V100|P100|B200)\b")
+_KNOWN_PARTS = lazy(r"(?:A100|A800|H100|H800|H200|H20|A10G?|A30|A40|L40S?|L4|T4|V100|P100|P40|"
+                    r"B200)\b")
+# The same parts as people type them in a hurry ("our a10", "h100 80g", "two 4090s").
+_LOOSE_GPU = lazy(
+    r"(?<![\w./-])(?:(?P<count>\d{1,2}|two|three|four|six|eight) ?[x×*]? ?)?"
+    r"(?P<name>(?:rtx ?)?(?:a100|a800|a10g|a10|a30|a40|a6000|h100|h200|h800|h20|"
+    r"l40s|l40|l4|t4|v100|p100|p40|b200|gb200|[345]0[6789]0(?: ?ti)?)"
+    r"(?: ?(?:sxm\d?|pcie|nvl))?(?: ?\d{2,3} ?gb?)?)s?(?![\w-])", re.IGNORECASE)
 _GPU_CONTEXT = lazy(r"\s{0,2}(?:GPU|\(|\d{2,3} ?GB)")
+_NUMBER_WORDS = {"two": 2, "three": 3, "four": 4, "six": 6, "eight": 8}
 # "3 GPUs", "two 24G cards", "8张A800" (a count with no model name next to it)
 _COUNT = lazy(r"(?<![\w.])(?P<count>\d{1,2}) ?(?:x |\* )?(?:GPUs|gpus|GPU cards|cards|张)")
 _MAX_PROSE = 2000
@@ -38,8 +46,11 @@ _FAMILY_WORDS = ("llama", "qwen", "qwq", "mistral", "mixtral", "deepseek", "gemm
 class MentionsExtractor:
     name: ClassVar[str] = "mentions"
     anchors: ClassVar[tuple[str, ...]] = (
-        "NVIDIA", "RTX", "Tesla", "A100", "H100", "H200", "A10G", "L40", "V100", "GPUs", "gpus",
-        "cards", "张",
+        "NVIDIA", "RTX", "Tesla", "A100", "A800", "H100", "H200", "H800", "H20", "A10G", "L40",
+        "V100", "GPUs", "gpus",
+        "cards", "张", "A10", "a10", "a30", "a40", "a6000", "h100", "h200", "h800", "h20", "l40",
+        "l4", "L4", "T4", "t4", "v100", "p100", "P40", "p40", "b200", "090", "080", "060",
+        "llama", "mistral", "mixtral", "gemma", "deepseek", "phi-", "Phi",
         "lama", "LaMA", "Qwen", "qwen", "istral", "eepSeek", "eepseek", "emma", "gpt-oss", "Phi-")
     follow: ClassVar[int] = 0
 
@@ -49,8 +60,15 @@ class MentionsExtractor:
             return  # a log line, not a sentence someone wrote
         if sink.get("gpu_name") is None and (m := _GPU.search(text)) and _plausible_gpu(m):
             sink.set_default("gpu_name", m.group("name").strip(), line.no)
-            if m.group("count"):
-                sink.set_default("gpu_count", int(m.group("count")), line.no)
+            count = m.group("count") or m.group("after")  # "4x A10" or "A10*4"
+            if count:
+                sink.set_default("gpu_count", int(count), line.no)
+        if sink.get("gpu_name") is None and (m := _LOOSE_GPU.search(text)):
+            sink.set_default("gpu_name", m.group("name").strip(), line.no)
+            count = m.group("count")
+            if count:
+                n = _NUMBER_WORDS.get(count.lower()) or int(count)
+                sink.set_default("gpu_count", n, line.no)
         if sink.get("gpu_count") is None and (c := _COUNT.search(text)):
             sink.set_default("gpu_count", int(c.group("count")), line.no)
         if sink.get("model") is None:

@@ -22,7 +22,7 @@ of a line only, and a logical line never grows past MAX_LINE_CHARS.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from bot.evidence.text import MAX_LINE_CHARS, normalize_line
 from bot.lazyre import lazy
@@ -79,8 +79,7 @@ COMMON_WORDS = frozenset({
     "will", "with", "would", "you", "your"})
 
 
-@dataclass(frozen=True, slots=True)
-class Unwrapped:
+class Unwrapped(NamedTuple):
     text: str
     origin: tuple[int, ...]  # origin[i]: the raw line (1-based) logical line i + 1 began on
 
@@ -91,8 +90,7 @@ class Unwrapped:
         return logical
 
 
-@dataclass(slots=True)
-class _Piece:
+class _Piece(NamedTuple):
     prefix: str  # the log prefix (transport decorations removed)
     body: str
     raw_len: int  # length of the line as pasted, decorations included
@@ -189,8 +187,7 @@ def unwrap(text: str, vocabulary: frozenset[str] = frozenset()) -> Unwrapped:
     return Unwrapped("\n".join(out) + ("\n" if out else ""), tuple(starts))
 
 
-@dataclass(frozen=True, slots=True)
-class _Widths:
+class _Widths(NamedTuple):
     hard: int | None  # two or more different lines end exactly here: a hard-wrapped paste
     longest: int  # the longest line once wrapped at `hard`, or on its own
     soft: int | None  # several lines end near the longest: a re-flowed paste

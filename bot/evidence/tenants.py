@@ -7,7 +7,9 @@ reason the next engine finds no memory. The commands and code people paste show 
 number does: two `vllm serve` lines with different ports, `LLM(` twice, `accelerate launch`
 with `use_vllm: true`, or `self.llm = LLM(` in grpo_trainer's frames.
 
-Two commands pinned to disjoint GPUs (`CUDA_VISIBLE_DEVICES=0` and `=1`) do not share one.
+Two commands pinned to disjoint GPUs (`CUDA_VISIBLE_DEVICES=0` and `=1`) do not share one,
+and the same model on the same port pasted twice is one server tried twice (with other tuning
+flags), not two servers.
 """
 
 from __future__ import annotations
@@ -28,18 +30,21 @@ _TRAINERS = ("grpo_trainer", "GRPOTrainer", "ppo_trainer", "PPOTrainer", "accele
 _TRAINER_VLLM = ("use_vllm", "vllm_gpu_memory_utilization", "vllm_mode", "rollout.name=vllm")
 _DEVICES = lazy(r"CUDA_VISIBLE_DEVICES=[\"']?(?P<ids>\d{1,2}(?:,\d{1,2}){0,15})")
 _CODE_LLM = lazy(r"(?:^|[=\s(])LLM\(")
+_MODEL = lazy(r"(?:\bserve\s{1,8}|--model(?:-path|-id|_path)?[= ]{1,4})[\"']?"
+              r"(?P<model>[^\s\"'\\]{1,300})")
+_PORT = lazy(r"--port[= ]{1,4}(?P<port>\d{2,5})")
 _CHATTER = ("Received request", "prompt: ")
 
 
 class TenantsExtractor:
     name: ClassVar[str] = "tenants"
     anchors: ClassVar[tuple[str, ...]] = (*_SERVER_COMMANDS, *_LLM, *_TRAINERS, *_TRAINER_VLLM)
-    follow: ClassVar[int] = 0
+    follow: ClassVar[int] = 16  # a command continued over lines with "\\"
 
     def __init__(self) -> None:
-        # each server command: the GPUs it is pinned to, if any
-        self._servers: list[frozenset[str] | None] = []
-        self._seen: set[str] = set()
+        # each server (model, port): the GPUs it is pinned to, if any
+        self._servers: dict[tuple[str | None, str | None], frozenset[str] | None] = {}
+        self._command: list[str] | None = None  # a command being read, continued with "\\"
         self._engines: set[str] = set()
         self._trainer = self._trainer_vllm = False
 
@@ -48,20 +53,28 @@ class TenantsExtractor:
         if any(c in text for c in _CHATTER):
             return
         if any(c in text for c in _SERVER_COMMANDS):
-            # The same one-line command pasted twice is one server; a command continued over
-            # lines (`\`) shows its differences below, so each start counts.
-            key = " ".join(text.split())
-            if key.endswith("\\") or key not in self._seen:
-                self._seen.add(key)
-                m = _DEVICES.search(text)
-                self._servers.append(frozenset(m.group("ids").split(",")) if m else None)
+            self._end_command()
+            self._command = [text]
+        elif self._command is not None:
+            self._command.append(text)
+        if self._command is not None and not text.rstrip().endswith("\\"):
+            self._end_command()
         if any(k in text for k in _LLM) and _CODE_LLM.search(text):
             self._engines.add(" ".join(text.split()))
         self._trainer = self._trainer or any(k in text for k in _TRAINERS)
         self._trainer_vllm = self._trainer_vllm or any(k in text for k in _TRAINER_VLLM)
 
+    def _end_command(self) -> None:
+        if self._command is None:
+            return
+        command, self._command = " ".join(self._command), None
+        model, port, gpus = _MODEL.search(command), _PORT.search(command), _DEVICES.search(command)
+        key = (model.group("model") if model else None, port.group("port") if port else None)
+        self._servers[key] = frozenset(gpus.group("ids").split(",")) if gpus else None
+
     def finish(self, sink: FactSink) -> None:
-        pinned = [gpus for gpus in self._servers if gpus is not None]
+        self._end_command()
+        pinned = [gpus for gpus in self._servers.values() if gpus is not None]
         disjoint = len(pinned) == len(self._servers) and all(
             not (a & b) for i, a in enumerate(pinned) for b in pinned[i + 1:])
         servers = 1 if disjoint and self._servers else len(self._servers)

@@ -17,7 +17,6 @@ rank of a multi-GPU server prints one), whether it arrived on one line or re-flo
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from bot.evidence.base import FactSink, Line
@@ -50,15 +49,17 @@ _START = ("out of memory", "OutOfMemoryError", "Tried to allocate")
 CONTEXT_GIB = 1.5
 
 
-@dataclass
 class _Message:
     """One OOM message: its numbers and the "Process N has" lines in it."""
 
-    allocated: float | None = None
-    unallocated: float | None = None
-    this_process: float | None = None
-    gpu: int | None = None
-    others: list[tuple[int, float]] = field(default_factory=list)
+    __slots__ = ("allocated", "gpu", "others", "this_process", "unallocated")
+
+    def __init__(self) -> None:
+        self.allocated: float | None = None
+        self.unallocated: float | None = None
+        self.this_process: float | None = None
+        self.gpu: int | None = None
+        self.others: list[tuple[int, float]] = []
 
     def processes(self) -> list[GpuProcess]:
         """Each "Process N" line, told apart as the server itself or someone else."""

@@ -15,10 +15,10 @@ by tensor parallel size"); their hits are kept per signature for the planner.
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from ahocorasick_rs import AhoCorasick
 
@@ -47,8 +47,7 @@ class CompiledSignature:
     ctx_none: tuple[int, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class SignatureHit:
+class SignatureHit(NamedTuple):
     """Where a signature matched: what a cause's `why` quotes."""
 
     line_no: int
@@ -268,8 +267,7 @@ class Matcher:
             hits.lines = [(raw_line(no), text) for no, text in hits.lines]
             hits.last_line = raw_line(hits.last_line) if hits.last_line else 0
         for sig_id, seen in self.hits.items():
-            self.hits[sig_id] = [dataclasses.replace(h, line_no=raw_line(h.line_no))
-                                 for h in seen]
+            self.hits[sig_id] = [h._replace(line_no=raw_line(h.line_no)) for h in seen]
 
     def _other_failure_named(self) -> bool:
         """Whether the paste names a failure that is not about GPU memory: an NCCL, driver or

@@ -14,7 +14,7 @@ frames never decide another worker's error.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from bot.kb.schema import Phase
 from bot.lazyre import lazy
@@ -28,8 +28,7 @@ _STREAM = lazy(
     r"{1,3}")
 
 
-@dataclass(frozen=True, slots=True)
-class Marker:
+class Marker(NamedTuple):
     rank: int  # index of the phase in knowledge/phases.yaml: lower is more specific
     frame: bool  # a frame (decides within a traceback) or a milestone (a point in the log)
 

@@ -6,22 +6,21 @@ terminal and in the thread.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from bot.schema import Diagnosis, Facts, Sizing
 
 PROSE_NOTE = "from your description, not a log line: weaker evidence"
 
 
-@dataclass(frozen=True)
-class Headline:
+class Headline(NamedTuple):
     """What an answer leads with, whatever renders it: the problem (or, when no problem family
     matched, the cause a line named outright), its explanation and the lines that show it."""
 
     title: str
     label: str  # the id and how sure
     summary: str
-    proof: list[tuple[int | None, str]] = field(default_factory=list)
+    proof: list[tuple[int | None, str]]
 
 
 def headline(d: Diagnosis) -> Headline | None:
@@ -149,6 +148,11 @@ def render(d: Diagnosis) -> str:
             lines.append("")
             lines.append("What I could read:")
             lines.extend(f"  {k}: {v}" for k, v in known.items())
+            nums = numbers(d)
+            if nums:
+                lines.append("")
+                lines.append("The numbers for that model on that GPU:")
+                lines.extend(f"  {n}" for n in nums)
         else:
             lines.append("Nothing in it looks like a vLLM, SGLang, TGI or GPU message I know.")
         lines.append("")

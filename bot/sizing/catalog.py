@@ -258,10 +258,41 @@ def resolve_model(name_or_path: str | dict[str, Any], root: Path = SHIPPED,
         if k in index:
             return ResolvedModel(spec=models(root)[index[k]], origin="catalog",
                                  quantization=quant, query=query)
+    loose = _loose_match(base, root)
+    if loose is not None:
+        return ResolvedModel(spec=loose, origin="catalog", quantization=quant, query=query)
     close = _close_matches(_model_keys(base)[0], list(index), 0.6)
     ids = list(dict.fromkeys(index[c] for c in close))
     hint = f"; close: {', '.join(ids)}" if ids else ""
     raise UnknownName(f"unknown model {query!r} (pass a config.json instead){hint}")
+
+
+_LOOSE_NAME = lazy(r"(?P<family>llama|qwq|qwen|mistral|mixtral|deepseek|gemma|phi|yi|glm)"
+                   r"[\w .-]{0,24}?(?<![\d.])(?P<size>\d{1,4}(?:\.\d)?)b\b", re.IGNORECASE)
+
+
+def _loose_match(name: str, root: Path) -> ModelSpec | None:
+    """A family and a size as people say them ("llama 8b", "qwen 72b"): the catalog's newest
+    model of that family whose name carries that size. None when the catalog has none, rather
+    than a model of another size."""
+    m = _LOOSE_NAME.search(name.rsplit("/", 1)[-1])
+    if m is None:
+        return None
+    family, size = m.group("family").lower(), m.group("size").lower()
+    sized = re.compile(rf"(?<![\d.]){re.escape(size)}b(?![a-z0-9])")
+    found = [spec for spec in models(root).values()
+             if family in _short(spec.id) and sized.search(_short(spec.id))]
+    return max(found, key=lambda sp: _version(_short(sp.id), family), default=None)
+
+
+def _short(model_id: str) -> str:
+    return model_id.rsplit("/", 1)[-1].lower()
+
+
+def _version(name: str, family: str) -> float:
+    """The family's version in a name ("llama-3.1-8b" -> 3.1): newer wins a loose match."""
+    m = re.search(rf"{re.escape(family)}[-_ ]?(\d{{1,2}}(?:\.\d)?)(?![\d.]*b)", name)
+    return float(m.group(1)) if m else 0.0
 
 
 def _maybe_config_text(query: str, read_files: bool) -> dict[str, Any] | None:

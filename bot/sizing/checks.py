@@ -93,10 +93,25 @@ def _total(f: Facts, s: Sizing | None) -> float | None:
     return None if t is None else float(t)
 
 
+def _loaded(f: Facts) -> bool:
+    """The paste shows the weights loaded: the server measured a KV cache, sized blocks, or
+    got past loading. An estimate of the weights never outweighs that."""
+    return (f.kv_cache_available_gib is not None or f.gpu_blocks is not None
+            or f.kv_cache_tokens is not None
+            or f.phase in ("profiling", "cuda-graph", "warmup", "serving"))
+
+
 def _weights(f: Facts, s: Sizing | None) -> float | None:
+    """The weights per GPU: the log's figure, else the estimate, unless the estimate cannot
+    be right (more than the GPU holds, while the paste shows the server got past loading:
+    an expert-parallel or otherwise sharded layout the estimate does not know)."""
     if f.weights_gib is not None:
         return f.weights_gib
-    return s.weights_gib if s is not None else None
+    w = s.weights_gib if s is not None else None
+    total = _total(f, s)
+    if w is not None and total and w > total * 0.95 and _loaded(f):
+        return None
+    return w
 
 
 def _foreign(f: Facts, s: Sizing | None) -> float | None:
@@ -203,6 +218,21 @@ def _non_torch_odd(f: Facts, s: Sizing | None) -> str | None:
             "context, cuBLAS and NCCL): another process on the GPU is the usual reason")
 
 
+@condition("profile_implausible")
+def _profile_odd(f: Facts, s: Sizing | None) -> str | None:
+    """A profile whose activation and non-torch terms outweigh the weights: for a model of this
+    size that is several times normal, and another process's memory is the usual reason."""
+    act, nt, w = f.activation_peak_gib, f.non_torch_gib, _weights(f, s)
+    if act is None or w is None:
+        return None
+    extra = act + (nt or 0.0)
+    if extra < max(6.0, w):
+        return None
+    model = f" for {f.model}" if f.model else ""
+    return (f"{_gib(extra)} of activation and non-torch memory{model} (weights {_gib(w)}) is "
+            "several times normal: look for another process on the GPU")
+
+
 @condition("only_server_on_gpu")
 def _only_server(f: Facts, s: Sizing | None) -> str | None:
     foreign = _foreign(f, s)
@@ -225,6 +255,15 @@ def _weights_gpu(f: Facts, s: Sizing | None) -> str | None:
     if w is None or not total or w <= total * 0.95:
         return None
     return f"{_weights_why(f, s, w)} against one GPU's {_gib(total)}: they cannot load"
+
+
+@condition("weights_cannot_load")
+def _cannot_load(f: Facts, s: Sizing | None) -> str | None:
+    """The weights per GPU exceed it, as far as the paste shows the split: with several GPUs
+    and no TP size shown, the server may well have been sharded."""
+    if f.tensor_parallel_size is None and (_gpu_count(f) or 1) > 1:
+        return None
+    return _weights_gpu(f, s)
 
 
 @condition("weights_exceed_one_gpu_unsharded")

@@ -16,7 +16,7 @@ import math
 import string
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from bot.kb.loader import KB
 from bot.kb.match import SignatureHit
@@ -45,6 +45,7 @@ from bot.sizing.checks import CONDITIONS, PLANNED_VALUES, foreign_processes_h
 MAX_CAUSES = 3  # supported causes shown; the rest are named in one line
 UNDECIDED_CAUSES = 2  # shown as possible when the evidence supports none
 CORROBORATION = 0.03  # per further support that holds
+IMPLAUSIBLE = ("non_torch_implausible", "profile_implausible")
 QUOTE_CHARS = 160
 DEFAULT_ENGINE = "vllm"
 DEFAULT_UTILIZATION = 0.9  # vLLM's gpu_memory_utilization default (SGLang's is similar)
@@ -62,8 +63,7 @@ class Plan:
     withheld: list[WithheldFix] = field(default_factory=list)
 
 
-@dataclass(slots=True)
-class Scored:
+class Scored(NamedTuple):
     cause: Cause
     score: float
     why: str
@@ -77,14 +77,26 @@ def plan(kb: KB, problems: list[ProblemMatch], facts: Facts,
     """Rank the causes by the evidence and turn the supported ones' fix templates into
     commands.
 
-    Sizing is computed only when a matched problem is about memory: an NCCL or tokenizer
-    error gets no memory arithmetic forced onto it.
+    Sizing is computed when a matched problem is about memory, or when nothing matched but the
+    paste names a model and a GPU (a question such as "will qwen 72b fit on two h100s?"): an
+    NCCL or tokenizer error gets no memory arithmetic forced onto it.
     """
     hits = hits or {}
     memory = any(kb.problems[p.id].memory_problem for p in problems if p.id in kb.problems)
-    sizing = compute_sizing(facts, model_config) if memory else None
+    asks = not problems and not hits and bool(facts.model and (facts.gpu_name or facts.gpus))
+    sized = facts
+    if asks and (facts.gpu_count or 0) > 1 and facts.tensor_parallel_size is None:
+        # "on two h100s": the question is about sharding over them
+        sized = dataclasses.replace(facts, tensor_parallel_size=facts.gpu_count)
+    sizing = compute_sizing(sized, model_config) if memory or asks else None
     problems = place(kb, problems, facts, sizing)
     ranked = rank_causes(kb, problems, facts, sizing, hits)
+    if sizing is not None:
+        # numbers that do not add up are said, whatever cause they end up supporting
+        for name in IMPLAUSIBLE:
+            why = CONDITIONS[name](facts, sizing)
+            if why is not None and why not in sizing.notes:
+                sizing.notes.append(why)
     live = [sc for sc in ranked if sc.ruled_out is None]
     shown = [sc for sc in live if sc.supported][:MAX_CAUSES]
     if not shown:
@@ -191,7 +203,11 @@ def score_cause(cause: Cause, facts: Facts, sizing: Sizing | None,
         return Scored(cause, cause.prior, "", False)
     held.sort(key=lambda t: -t[0])
     score = min(0.99, held[0][0] + CORROBORATION * (len(held) - 1))
-    return Scored(cause, score, "; ".join(dict.fromkeys(w for _, w in held[:2])), True)
+    whys: list[str] = []
+    for _, why in held:
+        if len(whys) < 2 and not any(why in w or w in why for w in whys):
+            whys.append(why)
+    return Scored(cause, score, "; ".join(whys), True)
 
 
 def quote(hit: SignatureHit) -> str:
