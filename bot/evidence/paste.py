@@ -59,7 +59,8 @@ _RECORD = lazy(
     r"|(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\b|\d{4}-\d\d-\d\d|\d\d-\d\d \d\d:"
     r"|[-*+] |\d{1,2}[.)] |#{1,6} |```|\$ |\||\+-|={3}|-{3}|NCCL |\[|\{|<)")
 # A line that is whole on its own: a key and its value, a process's last word.
-_STANDALONE = lazy(r"\s{0,40}[\w.-]{1,60}\s{0,4}[:=]\s{0,4}\S{1,80}\s{0,4}$"
+_STANDALONE = lazy(r"\s{0,40}(?![\w.]{0,60}(?:Error|Exception|Warning):)"
+                   r"[\w.-]{1,60}\s{0,4}[:=]\s{0,4}\S{1,80}\s{0,4}$"
                    r"|(?:Killed|Aborted|Terminated|Segmentation fault|Bus error)\b")
 # A re-flowed line ends mid-sentence; these end a sentence, a value or a bracket.
 _CLOSED = (".", ":", "!", "?", ";", ")", "]", "}", "\"", "'", "%", "。", "：", "！", "？", "）")
@@ -77,6 +78,9 @@ COMMON_WORDS = frozenset({
     "out", "so", "than", "that", "the", "then", "there", "these", "this", "to", "too", "up",
     "use", "used", "using", "was", "we", "were", "what", "when", "which", "while", "why",
     "will", "with", "would", "you", "your"})
+# Words a number follows in the messages engines print.
+NUMBER_LEADS = COMMON_WORDS | {"gpu", "rank", "process", "device", "len", "size", "blocks",
+                               "tokens", "which", "capacity", "allocate", "total"}
 
 
 class Unwrapped(NamedTuple):
@@ -245,7 +249,14 @@ def _glue(before: str, after: str, words: frozenset[str]) -> str:
     b = _HEAD_WORD.match(after)
     if a is None or b is None:
         return ""
-    right = b.group().lower()
+    head = b.group()
+    if head.isdigit():
+        # a word that a number follows in messages ("of which|448.00 KiB", "GPU|0 has"); a
+        # name cut before its digits ("fp|8", "Qwen|2.5") stays one
+        return " " if a.group().lower() in NUMBER_LEADS else ""
+    if not (head.isalpha() and (head.islower() or head[1:].islower())):
+        return ""  # "Deepseek|V3ForCausalLM", "max_model|_len": the rest of an identifier
+    right = head.lower()
     if left + right in words or right in _SUFFIXES:
         return ""
     # A whole word on either side (three letters or more: "in|itializing" is one word) that
@@ -274,8 +285,13 @@ def _joiner(prev: _Piece | None, piece: _Piece, w: _Widths, words: frozenset[str
     if (at == w.longest >= _MIN_WIDTH and _inside_text(before, body)
             and not (_RECORD.match(body) or _STANDALONE.match(body))):
         return _glue(before, body, words)  # the one long line of the paste, cut
-    if (w.soft is None or at < 0.6 * w.soft
-            or body[0].isspace() or _STANDALONE.match(before)):
+    if body[0].isspace() or _STANDALONE.match(before):
+        return None
+    # With no width to go by, only a line that clearly stops mid-sentence ("... len
+    # (1048576)," then "22.5 GiB KV cache is needed") continues.
+    mid_sentence = (len(before) >= 40 and (before.endswith(",") or before[-1].isalnum())
+                    and (body[0].islower() or body[0].isdigit() or body[0] == "("))
+    if (w.soft is None or at < 0.6 * w.soft) and not mid_sentence:
         return None
     if before.rstrip().endswith(_CLOSED) and not (body[0].islower() or body[0].isdigit()):
         return None

@@ -79,12 +79,12 @@ _RULES = Rules(
     rule("Actual usage is", rf"{num('cuda_graph_gib')}{_GIB} for CUDAGraph memory"),
     rule("kv cache memory in use is",
          rf"kv cache memory in use is {num('kv_cache_available_gib')}{_GIB}", default=True),
-    # KV cache too small for one request: V1 (all wordings) and V0
-    rule("To serve at least one request",
-         rf"max seq len \({num('max_model_len')}\), \({num('kv_cache_needed_gib')}{_GIB} "
-         "KV cache is needed"),
-    rule("To serve at least one request",
-         rf"larger than the available KV cache memory \({num('kv_cache_available_gib')}{_GIB}\)"),
+    # KV cache too small for one request: V1 (all wordings) and V0. Each figure has its own
+    # rule, so a message re-flowed over lines still gives all three.
+    rule("To serve at least one request", rf"max seq len \({num('max_model_len')}\)"),
+    rule("KV cache is needed", rf"{num('kv_cache_needed_gib')}{_GIB} KV cache is needed"),
+    rule("than the available KV cache memory",
+         rf"than the available KV cache memory \({num('kv_cache_available_gib')}{_GIB}\)"),
     rule("estimated maximum model length is",
          rf"estimated maximum model length is {num('estimated_max_model_len')}"),
     rule("stored in KV cache",
@@ -147,6 +147,8 @@ class VllmExtractor:
         "KV cache memory", "as specified by kv_cache_memory_bytes", " blocks: ", "KV cache size:",
         "Maximum concurrency for", "Graph capturing finished", "CUDA graph",
         "Free memory on device", "To serve at least one request", "stored in KV cache",
+        "estimated maximum model length is", "KV cache is needed",
+        "than the available KV cache memory",
         "Auto-fit max_model_len", "Using max model len", "total_num_cumulative_preemption",
         "GPU KV cache usage",
         "Starting to load model", "GPU has compute capability", "The quantization method",
