@@ -21,7 +21,7 @@ sys.path.insert(0, str(ROOT))
 from bot.kb.loader import load_kb  # noqa: E402
 from tests.corpus.score import judge, load_cases, memory_problems, run  # noqa: E402
 
-_PHASES = {"startup": "startup-other", "warmup": "profiling"}
+_PHASES = {"startup": "startup-other", "warmup": "profiling", None: "n/a"}
 
 
 def main() -> int:
@@ -38,7 +38,7 @@ def main() -> int:
     for case in cases:
         d = run(case, kb)
         v = judge(case, d, memory)
-        found_phase = _PHASES.get(d.top.phase or "", d.top.phase) if d.top else None
+        found_phase = _PHASES.get(d.facts.phase, d.facts.phase)
         for group in ("all", *case["messiness"], "memory" if case["memory"] else "non-memory"):
             t = tally[group]
             t["cases"] += 1

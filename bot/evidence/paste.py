@@ -132,6 +132,7 @@ _PRINTED = lazy(
     r"|(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)\b"
     r"|\d{4}[-/]\d\d[-/]\d\d|\d\d-\d\d \d\d:|\[\d|\(\w{1,60} pid=|\[rank|\s{4}"
     r"|[\w.-]{1,80}:\d{1,8}:\d{1,8} \[|NCCL |\||\+-|[{}<>$#])")
+_PROGRESS = lazy(r"\d{1,3}%\s{0,3}(?:\||Completed)|\d{1,9}/\d{1,9} \[|(?:it|s)/(?:s|it)\]")
 _LETTERS = lazy(r"[A-Za-z]{2,40}")
 _CJK = lazy(r"[\u3040-\u30ff\u4e00-\u9fff\uac00-\ud7af]")
 
@@ -141,7 +142,7 @@ def is_prose(line: str) -> bool:
     record, a traceback or code. Phrase signatures (`kind: prose`) read only such lines, so
     "throughput" in a metrics line is not someone saying it is slow."""
     _, prefix, body = split_prefix(line)
-    if prefix or not body.strip() or _PRINTED.match(body):
+    if prefix or not body.strip() or _PRINTED.match(body) or _PROGRESS.search(body):
         return False
     head = body[:400]
     return len(_LETTERS.findall(head)) >= 3 or _CJK.search(head) is not None

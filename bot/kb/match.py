@@ -110,6 +110,7 @@ class CompiledKB:
             for a in anchors:
                 self.ctx_by_anchor.setdefault(a, []).append(i)
         self.phases = PhaseMarkers(kb.phases)
+        self.phase_literals = frozenset(self.phases.literals)
         self.anchors = tuple(dict.fromkeys([*by_anchor, *self.ctx_by_anchor,
                                             *self.phases.literals]))
         # which anchors a line holds, in one call rather than a substring test per anchor
@@ -161,7 +162,10 @@ class Matcher:
         comp = self.compiled
         present = {comp.anchors[idx] for idx, _, _ in
                    comp.finder.find_matches_as_indexes(text, overlapping=True)}
-        self.phase.see(text, line.no, present)
+        if present & comp.phase_literals and not is_prose(text):
+            # frames and milestones are the program's lines; a person naming `load_model` in a
+            # sentence places nothing
+            self.phase.see(text, line.no, present)
         for anchor in present:
             for i in comp.ctx_by_anchor.get(anchor, ()):
                 if comp.contexts[i][0].search(text):

@@ -525,13 +525,6 @@ def _seqs(f: Facts, s: Sizing | None) -> str | None:
     return None
 
 
-@condition("serving_failed")
-def _serving(f: Facts, s: Sizing | None) -> str | None:
-    if f.phase != "serving":
-        return None
-    return "it failed while serving, after start-up had sized everything"
-
-
 def _withhold_raise(f: Facts, s: Sizing | None) -> str | None:
     return _foreign_holds(f, s) or _weights_over_safe(f, s)
 

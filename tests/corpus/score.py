@@ -43,7 +43,10 @@ class Verdict:
 
 
 def memory_problems(kb: KB) -> frozenset[str]:
-    return frozenset(pid for pid, p in kb.problems.items() if p.memory_problem)
+    """Problems that claim GPU memory is short. Slow generation counts too (its causes are
+    the KV pool's size), as in the scorer the corpus's first cases came with."""
+    return frozenset(pid for pid, p in kb.problems.items()
+                     if p.memory_problem or not p.failure)
 
 
 def judge(case: dict[str, Any], d: Diagnosis, memory: Iterable[str]) -> Verdict:
@@ -51,7 +54,9 @@ def judge(case: dict[str, Any], d: Diagnosis, memory: Iterable[str]) -> Verdict:
     top = problems[0] if problems else "none"
     accepted = {case["expected_problem"], *(case.get("also_acceptable") or [])}
     memory = frozenset(memory)
-    false_memory = [] if case["memory"] else [p for p in problems if p in memory]
+    # naming the problem the label expects is never a false claim, whatever its family
+    false_memory = [] if case["memory"] else [p for p in problems
+                                              if p in memory and p not in accepted]
     causes = [c.id for c in d.causes]
     expected = case.get("expected_cause")
     return Verdict(case["id"], top, top in accepted, false_memory, expected, causes,

@@ -1,0 +1,101 @@
+"""The phase of an error comes from the traceback and the log, not from nearby words.
+
+Real shapes: frames above the error, an error printed before its traceback, interleaved
+workers, milestones only, and non-memory errors raised inside a start-up phase.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from bot.diagnose import diagnose
+from bot.kb.loader import KB, load_kb
+from bot.schema import Diagnosis, Evidence
+
+OOM = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a "
+       "total capacity of 23.56 GiB of which 21.75 MiB is free.")
+
+
+def frames(*names: str) -> str:
+    return "Traceback (most recent call last):\n" + "".join(
+        f'  File "/usr/lib/python3.12/site-packages/vllm/x.py", line 1, in {n}\n    x()\n'
+        for n in names)
+
+
+@pytest.fixture(scope="module")
+def kb() -> KB:
+    return load_kb(use_cache=False)
+
+
+def run(kb: KB, text: str) -> Diagnosis:
+    return diagnose(Evidence(text=text), kb)
+
+
+@pytest.mark.parametrize(("stack", "problem", "phase"), [
+    (("load_model", "load_weights", "weight_loader"), "oom-loading-weights", "loading"),
+    (("determine_available_memory", "profile_run", "_dummy_run"),
+     "oom-during-startup-profiling", "profiling"),
+    # capture runs a dummy forward pass: the capture frame decides
+    (("compile_or_warm_up_model", "capture_model", "_dummy_run"),
+     "oom-during-startup-profiling", "cuda-graph"),
+    (("run_busy_loop", "step", "execute_model"), "oom-under-load", "serving"),
+    # the V0 profile run calls execute_model: profiling, not serving
+    (("determine_num_available_blocks", "profile_run", "execute_model"),
+     "oom-during-startup-profiling", "profiling"),
+])
+def test_frames_above_the_error_decide(kb: KB, stack: tuple[str, ...], problem: str,
+                                       phase: str) -> None:
+    d = run(kb, frames(*stack) + OOM + "\n")
+    assert d.top is not None and (d.top.id, d.top.phase) == (problem, phase)
+
+
+def test_an_error_printed_before_its_traceback(kb: KB) -> None:
+    # vllm#3407: "Future exception was never retrieved", the OOM first, the frames below
+    text = ("Future exception was never retrieved\nfuture: <Future finished exception="
+            f"OutOfMemoryError('{OOM}')>\n" + frames("run_engine_loop", "_raise_exception_on_finish"))
+    d = run(kb, text)
+    assert d.top is not None and (d.top.id, d.top.phase) == ("oom-under-load", "serving")
+
+
+def test_another_workers_frames_do_not_decide(kb: KB) -> None:
+    a, b = "(VllmWorker rank=0 pid=10) ", "(VllmWorker rank=1 pid=11) "
+    text = ("".join(a + line + "\n" for line in frames("execute_model").splitlines())
+            + "".join(b + line + "\n" for line in frames("load_model").splitlines())
+            + b + OOM + "\n")
+    d = run(kb, text)
+    assert d.top is not None and d.top.id == "oom-loading-weights"
+
+
+def test_milestones_place_a_bare_error(kb: KB) -> None:
+    text = ("INFO 11-18 18:05:02 [gpu_model_runner.py:1] Model loading took 14.99 GiB\n"
+            "INFO 11-18 18:05:09 [gpu_model_runner.py:2] Capturing CUDA graph shapes: 40%\n"
+            + OOM + "\n")
+    d = run(kb, text)
+    assert d.top is not None and (d.top.id, d.top.phase) == (
+        "oom-during-startup-profiling", "cuda-graph")
+    served = "INFO [loggers.py:118] Engine 000: Avg prompt throughput: 1843.2 tokens/s\n" + OOM
+    d = run(kb, served)
+    assert d.top is not None and d.top.id == "oom-under-load"
+
+
+def test_words_in_prose_are_not_frames(kb: KB) -> None:
+    # "load_model" said in a sentence is not a frame: the OOM stays unplaced (start-up)
+    text = "I think load_model is where it happens\n" + OOM
+    d = run(kb, text)
+    assert d.top is not None and d.top.id == "oom-during-startup-profiling"
+    assert d.top.phase is None
+
+
+@pytest.mark.parametrize("text", [
+    # sglang#4205: graph capture wrapping a closed gloo connection
+    frames("init_cuda_graphs", "CudaGraphRunner")
+    + "Exception: Capture cuda graph failed: [../third_party/gloo/gloo/transport/tcp/pair.cc:534]"
+      " Connection closed by peer [10.0.0.2]:1234\n",
+    # vllm#10151: no kernel image during the profile run
+    frames("determine_num_available_blocks", "profile_run")
+    + "RuntimeError: CUDA error: no kernel image is available for execution on the device\n",
+])
+def test_a_non_memory_error_in_a_start_up_phase_is_not_memory(kb: KB, text: str) -> None:
+    d = run(kb, text)
+    memory = {p.id for p in d.problems if kb.problems[p.id].memory_problem}
+    assert d.problems and not memory, [p.id for p in d.problems]

@@ -1,0 +1,82 @@
+"""Every shipped excerpt reads the same however it was pasted.
+
+A terminal or Slack window cuts lines at its width (mid-word, mid-number), Ray and vLLM's
+workers repeat their prefix on every fragment, people quote with `> `. Each KB excerpt, pasted
+each of those ways, must give the same top problem (or cause, for a cause's excerpts) and the
+same figures as the excerpt itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from bot.diagnose import diagnose
+from bot.kb.loader import KB, load_kb
+from bot.schema import Evidence
+
+PREFIX = "(EngineCore_DP0 pid=65064) ERROR 11-30 10:00:01 [core.py:700] "
+FIGURES = ("max_model_len", "kv_cache_needed_gib", "kv_cache_available_gib",
+           "estimated_max_model_len", "gpu_total_gib", "free_memory_gib",
+           "oom_tried_to_allocate_gib", "weights_gib", "gpu_blocks", "kv_cache_tokens",
+           "tensor_parallel_size", "gpu_memory_utilization", "preemptions")
+
+
+def cut(text: str, width: int) -> str:
+    """What a terminal does: every line cut at `width` characters, spaces where they fell."""
+    out = []
+    for line in text.splitlines():
+        out += [line[i:i + width] for i in range(0, len(line), width)] or [""]
+    return "\n".join(out)
+
+
+def prefixed(text: str, prefix: str = PREFIX) -> str:
+    return "\n".join(prefix + line for line in text.splitlines())
+
+
+def quoted(text: str) -> str:
+    return "\n".join("> " + line for line in text.splitlines())
+
+
+WIDTHS = (60, 73, 80, 100, 120, 133, 160, 200)
+TRANSFORMS: dict[str, Callable[[str], str]] = {
+    **{f"cut{w}": (lambda t, w=w: cut(t, w)) for w in WIDTHS},
+    **{f"cut{w}-then-prefixed": (lambda t, w=w: prefixed(cut(t, w))) for w in WIDTHS},
+    **{f"prefixed-then-cut{w}": (lambda t, w=w: cut(prefixed(t), w)) for w in WIDTHS},
+    **{f"cut{w}-quoted": (lambda t, w=w: quoted(cut(t, w))) for w in (60, 100, 160)},
+    "compose-prefix": lambda t: prefixed(t, "vllm-1  | "),
+    "ci-viewer": lambda t: prefixed(t, "  | [2026-08-30T12:56:32Z] "),
+}
+
+
+@pytest.fixture(scope="module")
+def kb() -> KB:
+    return load_kb(use_cache=False)
+
+
+def reading(kb: KB, text: str) -> tuple[Any, ...]:
+    d = diagnose(Evidence(text=text), kb)
+    top = d.problems[0].id if d.problems else None
+    causes = tuple(sorted(c.id for c in d.causes if c.supported))
+    return (top, causes, *(getattr(d.facts, name) for name in FIGURES))
+
+
+@pytest.fixture(scope="module")
+def excerpts(kb: KB) -> list[tuple[str, str, tuple[Any, ...]]]:
+    out = []
+    for owner, exset in sorted(kb.examples.items()):
+        for i, ex in enumerate(exset.match):
+            out.append((f"{owner}/match/{i}", ex.text, reading(kb, ex.text)))
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(TRANSFORMS))
+def test_pasted_any_way_reads_the_same(kb: KB, excerpts: list[tuple[str, str, tuple[Any, ...]]],
+                                       name: str) -> None:
+    transform = TRANSFORMS[name]
+    changed = [(eid, base, got) for eid, text, base in excerpts
+               if (got := reading(kb, transform(text))) != base]
+    assert not changed, changed[:3]
