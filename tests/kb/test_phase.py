@@ -52,7 +52,8 @@ def test_frames_above_the_error_decide(kb: KB, stack: tuple[str, ...], problem: 
 def test_an_error_printed_before_its_traceback(kb: KB) -> None:
     # vllm#3407: "Future exception was never retrieved", the OOM first, the frames below
     text = ("Future exception was never retrieved\nfuture: <Future finished exception="
-            f"OutOfMemoryError('{OOM}')>\n" + frames("run_engine_loop", "_raise_exception_on_finish"))
+            f"OutOfMemoryError('{OOM}')>\n"
+            + frames("run_engine_loop", "_raise_exception_on_finish"))
     d = run(kb, text)
     assert d.top is not None and (d.top.id, d.top.phase) == ("oom-under-load", "serving")
 
