@@ -34,10 +34,10 @@ MAX_PASTE_BYTES = 4 * 1024 * 1024
 # Decorations added by whatever carried the text: dropped from every line.
 _TRANSPORT = lazy(
     r"(?:>{1,3}(?: |(?=\S)|$)"  # Markdown / e-mail quotes
-    r"|\s{0,6}\|(?: |$)"  # CI log viewers ("  | "), Buildkite
+    r"|\s{1,6}\|(?: |$)"  # CI log viewers ("  | "); a table row starts at the margin
     r"|\[\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?Z?\] "  # [2026-08-30T12:56:32Z]
     r"|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?Z? (?=\S)"  # kubectl / docker --timestamps
-    r"|[A-Za-z][\w.-]{0,40}[-_]\d{1,3}\s{1,16}\| )"  # docker compose: "vllm-1  | "
+    r"|[A-Za-z][\w.-]{0,40}(?:[-_]\d{1,3}\s{1,16}|\s{2,16})\| )"  # compose: "vllm-1  | "
 )
 # Prefixes a logger puts on every line of a message: kept on its first line only.
 _LOG = lazy(
@@ -174,7 +174,10 @@ def unwrap(text: str, vocabulary: frozenset[str] = frozenset()) -> Unwrapped:
         _, prefix, body = split_prefix(line)
         if body and _CARETS.match(body):
             continue
-        pieces.append(_Piece(prefix, body, len(line)))
+        # The width a terminal saw: colour codes take none, their remains copied without ESC
+        # ("[36m") are text and take their length.
+        width = len(line) if "\x1b" in raw or "\r" in raw else len(raw)
+        pieces.append(_Piece(prefix, body, width))
         origin.append(no)
     widths = _widths(pieces)
     words = vocabulary | COMMON_WORDS | _inner_words([p.body for p in pieces])
@@ -193,29 +196,50 @@ def unwrap(text: str, vocabulary: frozenset[str] = frozenset()) -> Unwrapped:
 
 
 class _Widths(NamedTuple):
-    hard: int | None  # two or more different lines end exactly here: a hard-wrapped paste
-    longest: int  # the longest line once wrapped at `hard`, or on its own
+    # Two or more different lines end exactly here: a hard-wrapped paste. Measured on the
+    # lines as pasted (a terminal cut prefix and message together) and on the messages alone
+    # (a logger put its prefix on each fragment it was handed); a paste may hold both.
+    hard_raw: int | None
+    hard_body: int | None
+    longest: int  # the longest line, as pasted or without its prefix
     soft: int | None  # several lines end near the longest: a re-flowed paste
+
+    def cut_at_width(self, piece: _Piece) -> bool:
+        """Whether `piece` ends at a hard-wrap width (or one short, where a copy trimmed a
+        space), as pasted or without its prefix: where a logger prefixed only some lines
+        after the cut, either measure of a line may be the one that met the width."""
+        return any(width is not None and width - 1 <= n <= width
+                   for width in (self.hard_raw, self.hard_body)
+                   for n in (piece.raw_len, len(piece.body)))
+
+
+def _table_row(piece: _Piece) -> bool:
+    """A row of a drawn table (nvidia-smi, a Markdown table): whole, and as wide as its
+    neighbours by design, so no evidence of a wrap width."""
+    body = piece.body
+    return body.startswith(("|", "+")) and body.endswith(("|", "+")) and len(body) > 1
+
+
+def _hard_width(pieces: list[_Piece], lengths: list[int]) -> int | None:
+    lengths = [0 if _table_row(p) else n for p, n in zip(pieces, lengths, strict=True)]
+    top = max(lengths, default=0)
+    if top < _MIN_WIDTH:
+        return None
+    # Two different lines at the width (or one short of it), and most long lines there: a
+    # re-flowed paste has long lines of many lengths.
+    distinct = {(p.prefix, p.body) for p, n in zip(pieces, lengths, strict=True)
+                if n >= top - 1}
+    near = sum(1 for n in lengths if n >= 0.85 * top)
+    return top if len(distinct) >= 2 and len(distinct) >= 0.5 * near else None
 
 
 def _widths(pieces: list[_Piece]) -> _Widths:
-    hard: int | None = None
-    longest = 0
-    for lengths in ([p.raw_len for p in pieces], [len(p.body) for p in pieces]):
-        top = max(lengths, default=0)
-        longest = max(longest, top)
-        if top < _MIN_WIDTH or hard is not None:
-            continue
-        # Two different lines at the width (or one short of it, where a copy trimmed a space),
-        # and most long lines there: a re-flowed paste has long lines of many lengths.
-        distinct = {(p.prefix, p.body) for p, n in zip(pieces, lengths, strict=True)
-                    if n >= top - 1}
-        near = sum(1 for n in lengths if n >= 0.85 * top)
-        if len(distinct) >= 2 and len(distinct) >= 0.5 * near:
-            hard = top
+    raw = [p.raw_len for p in pieces]
+    body = [len(p.body) for p in pieces]
+    longest = max(max(raw, default=0), max(body, default=0))
     near = sum(1 for p in pieces if max(p.raw_len, len(p.body)) >= 0.8 * longest)
     soft = longest if longest >= _MIN_WIDTH and near >= 2 else None
-    return _Widths(hard, longest, soft)
+    return _Widths(_hard_width(pieces, raw), _hard_width(pieces, body), longest, soft)
 
 
 def _inside_text(before: str, after: str) -> bool:
@@ -223,7 +247,7 @@ def _inside_text(before: str, after: str) -> bool:
     spaces (padding), not before indentation, not between a sentence's end and a new one."""
     if before.endswith("  ") or after.startswith("  "):
         return False
-    return not (before.endswith((".", "!", "?", ":")) and after[:1].isupper())
+    return not (before.endswith(_CLOSED) and after[:1].isupper())
 
 
 def _glue(before: str, after: str, words: frozenset[str]) -> str:
@@ -271,7 +295,7 @@ def _joiner(prev: _Piece | None, piece: _Piece, w: _Widths, words: frozenset[str
             ) -> str | None:
     """How `piece` continues the previous line (the text between them), or None when it
     starts a new one."""
-    if prev is None or not piece.body or not prev.body:
+    if prev is None or not piece.body or not prev.body or _table_row(prev):
         return None
     if not prev.prefix.startswith(piece.prefix):
         # another process, or another record of the same logger (a continuation carries the
@@ -280,7 +304,7 @@ def _joiner(prev: _Piece | None, piece: _Piece, w: _Widths, words: frozenset[str
     body, before = piece.body, prev.body
     at = max(prev.raw_len, len(before))
     padded = before.endswith("  ") and not body[0].isspace()  # a terminal's padding, then more
-    if w.hard is not None and at >= w.hard - 1 and not padded and not (
+    if w.cut_at_width(prev) and not padded and not (
             body.startswith(("Traceback (", "File \""))):
         return _glue(before, body, words)  # cut at the width
     if (at == w.longest >= _MIN_WIDTH and _inside_text(before, body)
@@ -298,4 +322,16 @@ def _joiner(prev: _Piece | None, piece: _Piece, w: _Widths, words: frozenset[str
         return None
     if _RECORD.match(body) or _STANDALONE.match(body):
         return None
+    return _reflow_glue(before, body, words)
+
+
+def _reflow_glue(before: str, after: str, words: frozenset[str]) -> str:
+    """A re-flow cuts at spaces, so a space was lost, unless the halves make a known word
+    and the second half is none on its own ("cap|acity"): a cut at a width not seen."""
+    a = _TAIL_WORD.search(before)
+    b = _HEAD_WORD.match(after)
+    if a and b and before[-1].isalpha() and after[0].islower():
+        left, right = a.group().lower(), b.group().lower()
+        if left + right in words and right not in words:
+            return ""
     return " "

@@ -8,32 +8,45 @@ same figures as the excerpt itself.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from bot.diagnose import diagnose
+from bot.evidence.paste import is_prose, split_prefix
 from bot.kb.loader import KB, load_kb
 from bot.schema import Evidence
 
 PREFIX = "(EngineCore_DP0 pid=65064) ERROR 11-30 10:00:01 [core.py:700] "
+# Printed by something other than the server's logger: the shell, a table (nvidia-smi).
+NOT_LOGGED = re.compile(r"(?:Killed|Aborted|Segmentation fault|Bus error)\b|[|+]")
 FIGURES = ("max_model_len", "kv_cache_needed_gib", "kv_cache_available_gib",
            "estimated_max_model_len", "gpu_total_gib", "free_memory_gib",
            "oom_tried_to_allocate_gib", "weights_gib", "gpu_blocks", "kv_cache_tokens",
            "tensor_parallel_size", "gpu_memory_utilization", "preemptions")
 
 
-def cut(text: str, width: int) -> str:
-    """What a terminal does: every line cut at `width` characters, spaces where they fell."""
+def logged(line: str) -> bool:
+    """Whether the server's logger would put its prefix on `line`: not on a person's
+    sentence, a table or the shell's word on a killed process, nor twice on a line."""
+    return not (is_prose(line) or NOT_LOGGED.match(line) or split_prefix(line)[1])
+
+
+def cut(text: str, width: int, prefix: str = "") -> str:
+    """What a terminal does: every line cut at `width` characters, spaces where they fell;
+    with `prefix`, a logger's prefix on every fragment of each logged line."""
     out = []
     for line in text.splitlines():
-        out += [line[i:i + width] for i in range(0, len(line), width)] or [""]
+        lead = prefix if logged(line) else ""
+        out += [lead + line[i:i + width] for i in range(0, len(line), width)] or [""]
     return "\n".join(out)
 
 
 def prefixed(text: str, prefix: str = PREFIX) -> str:
-    return "\n".join(prefix + line for line in text.splitlines())
+    """A logger's prefix on every logged line."""
+    return "\n".join(prefix + line if logged(line) else line for line in text.splitlines())
 
 
 def quoted(text: str) -> str:
@@ -43,11 +56,11 @@ def quoted(text: str) -> str:
 WIDTHS = (60, 73, 80, 100, 120, 133, 160, 200)
 TRANSFORMS: dict[str, Callable[[str], str]] = {
     **{f"cut{w}": (lambda t, w=w: cut(t, w)) for w in WIDTHS},
-    **{f"cut{w}-then-prefixed": (lambda t, w=w: prefixed(cut(t, w))) for w in WIDTHS},
+    **{f"cut{w}-then-prefixed": (lambda t, w=w: cut(t, w, PREFIX)) for w in WIDTHS},
     **{f"prefixed-then-cut{w}": (lambda t, w=w: cut(prefixed(t), w)) for w in WIDTHS},
     **{f"cut{w}-quoted": (lambda t, w=w: quoted(cut(t, w))) for w in (60, 100, 160)},
-    "compose-prefix": lambda t: prefixed(t, "vllm-1  | "),
-    "ci-viewer": lambda t: prefixed(t, "  | [2026-08-30T12:56:32Z] "),
+    "compose-prefix": lambda t: "\n".join("vllm-1  | " + x for x in t.splitlines()),
+    "ci-viewer": lambda t: "\n".join("  | [2026-08-30T12:56:32Z] " + x for x in t.splitlines()),
 }
 
 
