@@ -55,7 +55,7 @@ _CARETS = lazy(r"^\s{0,200}[\^~]{3,1000}\s{0,20}$")
 # A line that begins a new record rather than continuing the previous message.
 _RECORD = lazy(
     r"(?:Traceback \(most recent|\s{0,8}File \"|During handling|The above exception"
-    r"|[A-Z][\w.]{0,80}(?:Error|Exception|Warning|Interrupt|Exit|Failure)\b:?"
+    r"|(?:[a-z_]\w{0,40}\.){0,6}[A-Z][\w.]{0,80}(?:Error|Exception|Warning|Interrupt|Exit|Failure)\b:?"
     r"|(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\b|\d{4}-\d\d-\d\d|\d\d-\d\d \d\d:"
     r"|[-*+] |\d{1,2}[.)] |#{1,6} |```|\$ |\||\+-|={3}|-{3}|NCCL |\[|\{|<)")
 # A line that is whole on its own: a key and its value, a process's last word.
@@ -142,8 +142,11 @@ def is_prose(line: str) -> bool:
     record, a traceback or code. Phrase signatures (`kind: prose`) read only such lines, so
     "throughput" in a metrics line is not someone saying it is slow."""
     _, prefix, body = split_prefix(line)
-    if prefix or not body.strip() or _PRINTED.match(body) or _PROGRESS.search(body):
+    stripped = body.strip()
+    if prefix or not stripped or _PRINTED.match(body) or _PROGRESS.search(body):
         return False
+    if len(stripped) > 2 and stripped[0] == stripped[-1] == "`":
+        return False  # a message quoted whole as code is the program's words, not the user's
     head = body[:400]
     return len(_LETTERS.findall(head)) >= 3 or _CJK.search(head) is not None
 

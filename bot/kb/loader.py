@@ -169,7 +169,7 @@ def _load(roots: list[Path], digest: str) -> KB:
                 old = phases.get(ph.id)
                 phases[ph.id] = ph if old is None else Phase(
                     id=ph.id, title=old.title, frames=[*old.frames, *ph.frames],
-                    milestones=[*old.milestones, *ph.milestones])
+                    milestones=[*old.milestones, *ph.milestones], said=[*old.said, *ph.said])
         for sub, kind in (("problems", "problem"), ("causes", "cause")):
             folder = root / sub
             if not folder.is_dir():
@@ -278,6 +278,6 @@ def check_references(kb: KB) -> None:
             if owner not in kb.causes:
                 raise KBError(kb.example_docs[owner], None,
                               f"examples for unknown cause {owner!r}")
-            if not kb.causes[owner].signatures:
+            if not (kb.causes[owner].signatures or kb.causes[owner].supports):
                 raise KBError(kb.example_docs[owner], None,
-                              f"examples for cause {owner!r}, which has no signatures")
+                              f"examples for cause {owner!r}, which nothing can support")

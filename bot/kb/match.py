@@ -66,6 +66,7 @@ class _ProblemHits:
     lines: list[tuple[int, str]] = field(default_factory=list)
     count: int = 0
     phase: str | None = None  # the phase at the line that decided the problem
+    error_message: bool = False  # an error signature matched, in the log or quoted by a person
 
 
 class CompiledKB:
@@ -87,6 +88,10 @@ class CompiledKB:
         sigs: list[CompiledSignature] = []
         for owner, of_cause, sig in owned:
             flags = re.IGNORECASE if sig.ignore_case else 0
+            if sig.kind == "prose":
+                # people mix scripts ("报ray oom的错"): a word boundary is one between ASCII
+                # word characters and anything else
+                flags |= re.ASCII
             any_ids = tuple(ctx_id(p) for p in sig.context.any) if sig.context else ()
             none_ids = tuple(ctx_id(p) for p in sig.context.none) if sig.context else ()
             sigs.append(CompiledSignature(
@@ -101,6 +106,9 @@ class CompiledKB:
         for i, cs in enumerate(sigs):
             for a in cs.anchors:
                 (by_folded if cs.sig.ignore_case else by_anchor).setdefault(a, []).append(i)
+        self.phases = PhaseMarkers(kb.phases)
+        for phrase in self.phases.said:
+            by_folded.setdefault(phrase, [])  # searched for, but offers no signature
         self.by_anchor = by_anchor
         self.by_folded = by_folded
         self.folded_anchors = tuple(by_folded)
@@ -109,7 +117,6 @@ class CompiledKB:
         for i, (_, anchors) in enumerate(ctx):
             for a in anchors:
                 self.ctx_by_anchor.setdefault(a, []).append(i)
-        self.phases = PhaseMarkers(kb.phases)
         self.phase_literals = frozenset(self.phases.literals)
         self.anchors = tuple(dict.fromkeys([*by_anchor, *self.ctx_by_anchor,
                                             *self.phases.literals]))
@@ -173,14 +180,20 @@ class Matcher:
         candidates: set[int] = set()
         for anchor in present:
             candidates.update(comp.by_anchor.get(anchor, ()))
+        prose = None  # decided only when a phrase signature or phase phrase is a candidate
         if comp.folded_finder is not None:
             folded = comp.folded_finder.find_matches_as_indexes(text.lower(), overlapping=True)
+            said = None
             for idx, _, _ in folded:
-                candidates.update(comp.by_folded[comp.folded_anchors[idx]])
+                anchor = comp.folded_anchors[idx]
+                candidates.update(comp.by_folded[anchor])
+                if anchor in comp.phases.said:
+                    said = anchor  # the last one in the line
+            if said is not None and (prose := is_prose(text)):
+                self.phase.hear(said)
         if not candidates:
             return
         phase = self.phase.phase_at(text, line.no)
-        prose = None  # decided only when a phrase signature is a candidate
         offered = []
         for i in sorted(candidates):
             cs = comp.signatures[i]
@@ -189,7 +202,7 @@ class Matcher:
                 if not prose:
                     continue
             offered.append(cs)
-        if phase is None and any(cs.sig.phases for cs in offered):
+        if phase is None and any(cs.sig.phases or cs.sig.fallback for cs in offered):
             # The phase may show below the line (an error printed before its traceback) or
             # elsewhere in the paste: the phase-bound and fallback signatures wait for the end.
             waiting = [cs for cs in offered if cs.sig.phases or cs.sig.fallback]
@@ -239,6 +252,7 @@ class Matcher:
         if cs.of_cause:
             return
         hits = self._hits.setdefault(cs.owner, _ProblemHits())
+        hits.error_message = hits.error_message or cs.sig.kind == "error"
         rank = KIND_RANK[kind]
         hits.count += 1
         if (rank, cs.sig.weight) > (hits.best_kind, hits.best_weight):
@@ -258,10 +272,12 @@ class Matcher:
 
     def finish(self, sink: FactSink) -> None:
         """Place the lines whose phase was unknown when they were read: by the frames just
-        below them, else by any frames in the paste."""
+        below them, else by any frames in the paste, else by where the log got to (a
+        milestone printed after the line), else by what the user said."""
         deferred, self._deferred = self._deferred, []
         for line, waiting in deferred:
-            phase = self.phase.phase_after(line.text, line.no) or self.phase.any_phase()
+            phase = (self.phase.phase_after(line.text, line.no) or self.phase.any_phase()
+                     or self.phase.last_milestone() or self.phase.said_phase())
             self._match(waiting, line, phase)
 
     def renumber(self, raw_line: Callable[[int], int]) -> None:
@@ -293,12 +309,22 @@ class Matcher:
         ranked = sorted(self._hits.items(),
                         key=lambda kv: (kv[1].best_kind, kv[1].best_weight, kv[1].last_line),
                         reverse=True)
+        kb = self.compiled.kb
         if self._other_failure_named():
             # "OOM" or "slow" in someone's words does not stand against a failure the paste
             # names that is not GPU memory
-            kb = self.compiled.kb
             ranked = [(pid, h) for pid, h in ranked if h.best_kind != KIND_RANK["prose"]
                       or (kb.problems[pid].failure and not kb.problems[pid].memory_problem)]
+        if any(kb.problems[pid].failure and h.best_kind >= KIND_RANK["warning"]
+               for pid, h in ranked):
+            # a benchmark table or a sentence about speed is beside the point when the paste
+            # shows the server failing
+            ranked = [(pid, h) for pid, h in ranked if kb.problems[pid].failure
+                      or h.best_kind >= KIND_RANK["warning"]]
+        if any(kb.problems[pid].failure and h.error_message for pid, h in ranked):
+            # nor is a performance warning, when the paste quotes the error that failed
+            ranked = [(pid, h) for pid, h in ranked if kb.problems[pid].failure
+                      or h.best_kind > KIND_RANK["warning"]]
         out = []
         for pid, hits in ranked:
             problem = self.compiled.kb.problems[pid]

@@ -28,9 +28,13 @@ _STREAM = lazy(
     r"{1,3}")
 
 
+ALSO = " && "  # "model_executor/models/ && in __init__": every part on the same line
+
+
 class Marker(NamedTuple):
     rank: int  # index of the phase in knowledge/phases.yaml: lower is more specific
     frame: bool  # a frame (decides within a traceback) or a milestone (a point in the log)
+    also: tuple[str, ...] = ()  # further text the line must hold (the first part is the anchor)
 
 
 class PhaseMarkers:
@@ -39,11 +43,15 @@ class PhaseMarkers:
     def __init__(self, phases: list[Phase]) -> None:
         self.ids = tuple(p.id for p in phases)
         self.by_literal: dict[str, list[Marker]] = {}
+        self.said: dict[str, int] = {}  # a person's phrase (lower case) -> its phase's rank
         for rank, phase in enumerate(phases):
-            for text in phase.frames:
-                self.by_literal.setdefault(text, []).append(Marker(rank, True))
-            for text in phase.milestones:
-                self.by_literal.setdefault(text, []).append(Marker(rank, False))
+            for texts, frame in ((phase.frames, True), (phase.milestones, False)):
+                for text in texts:
+                    anchor, *also = text.split(ALSO)
+                    self.by_literal.setdefault(anchor, []).append(
+                        Marker(rank, frame, tuple(also)))
+            for text in phase.said:
+                self.said.setdefault(text, rank)
 
     @property
     def literals(self) -> tuple[str, ...]:
@@ -59,6 +67,7 @@ class PhaseTracker:
         # every frame seen, for errors printed before their traceback (bounded)
         self._all: deque[tuple[int, int, str]] = deque(maxlen=MAX_FRAMES_KEPT)
         self._milestone: int | None = None
+        self._said: int | None = None
 
     def see(self, text: str, line_no: int, literals: set[str]) -> None:
         """Record the markers `literals` found in this line."""
@@ -68,6 +77,8 @@ class PhaseTracker:
                 self._frames.pop(stream, None)  # a new traceback: earlier frames are another's
                 continue
             for m in self.markers.by_literal.get(literal, ()):
+                if m.also and not all(a in text for a in m.also):
+                    continue
                 if m.frame:
                     frames = self._frames.setdefault(stream, deque())
                     frames.append((line_no, m.rank))
@@ -98,6 +109,15 @@ class PhaseTracker:
         near = [(r, s) for no, r, s in self._all if line_no < no <= line_no + AFTER_WINDOW]
         ranks = [r for r, s in near if s == stream] or [r for r, _ in near]
         return self.markers.ids[min(ranks)] if ranks else None
+
+    def hear(self, phrase: str) -> None:
+        """A person's sentence names a phase ("it OOMs under load"); the last one said wins,
+        as a description runs in time order ("starts fine, then under load it crashes")."""
+        self._said = self.markers.said[phrase]
+
+    def said_phase(self) -> str | None:
+        """The phase the user's own words place the failure in, if any."""
+        return None if self._said is None else self.markers.ids[self._said]
 
     def last_milestone(self) -> str | None:
         """Where the log had got to when it ends: "Capturing the model for CUDA graphs" as the

@@ -158,21 +158,31 @@ class Phase(KBModel):
 
     `frames` are literal text of a traceback frame (`profile_run`) or of a method the error
     line names ("while processing method determine_num_available_blocks"): an error under such
-    a frame happened in this phase. `milestones` are literal text of a line the server prints
-    when the phase begins ("Loading model weights took" begins profiling): with no frames, an
-    error after the last milestone happened in that milestone's phase.
+    a frame happened in this phase. "A && B" needs both on one line (a model's own module and
+    `in __init__`: the model being built, so its weights being allocated). `milestones` are
+    literal text of a line the server prints when the phase begins ("Loading model weights
+    took" begins profiling): with no frames, an error after the last milestone happened in
+    that milestone's phase. `said` are lower-case
+    phrases a person uses for the phase ("under load", "while loading the model"): the weakest
+    evidence, read from the user's own sentences only when the log shows no frame or milestone.
     """
 
     id: str
     title: str
     frames: list[str] = field(default_factory=list)
     milestones: list[str] = field(default_factory=list)
+    said: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         _id("id", self.id)
-        for key, values in (("frames", self.frames), ("milestones", self.milestones)):
+        for key, values in (("frames", self.frames), ("milestones", self.milestones),
+                            ("said", self.said)):
             for v in values:
-                _literal(key, v)
+                for part in v.split(" && "):
+                    _literal(key, part)
+        for v in self.said:
+            if v != v.lower():
+                raise ValueError(f"said: {v!r} must be lower case (matched ignoring case)")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -123,3 +123,52 @@ def test_pathological_input_stays_linear() -> None:
         # joining never builds a line past the scanner's window (a long line stays as long)
         assert max(len(line) for line in out.text.splitlines()) <= max(16 * 1024, longest_in)
         assert took < 10, (len(text), took)  # generous: a guard against quadratic work
+
+
+def test_a_compose_service_named_plainly_is_transport() -> None:
+    # vllm#13100: compose without a replica number ("vllm  | "), two records of one logger
+    text = ("vllm  | ERROR 02-11 08:25:49 serving_chat.py:661] torch.OutOfMemoryError: CUDA out "
+            "of memory. Tried to allocate 1.15 GiB. GPU 0 has a total capacity of 79.15 GiB of "
+            "which 1.13 GiB is free. Process 64697 has 78.00 GiB memory in use.\n"
+            "vllm  | ERROR 02-11 08:25:49 serving_chat.py:661] Error in chat completion stream "
+            "generator.\n")
+    lines = unwrap(text).text.splitlines()
+    assert len(lines) == 2
+    assert lines[1] == ("ERROR 02-11 08:25:49 serving_chat.py:661] Error in chat completion "
+                        "stream generator.")
+
+
+def test_colour_codes_copied_without_their_escape_are_dropped() -> None:
+    # vllm#2826 as GitHub shows it: the ESC of Ray's colour codes is lost, "[36m" stays
+    line = (" [36m(RayWorkerVllm pid=5085) [0m [E ProcessGroupNCCL.cpp:475] [Rank 4] Watchdog "
+            "caught collective operation timeout")
+    out = unwrap(line).text.rstrip("\n")
+    assert out.startswith("(RayWorkerVllm pid=5085) [E ProcessGroupNCCL.cpp:475]")
+    assert split_prefix(out)[1] == "(RayWorkerVllm pid=5085) "
+
+
+def test_a_drawn_table_is_not_a_wrap_width() -> None:
+    # vllm#19125: nvidia-smi rows are one width by design; none continues another
+    table = ("| NVIDIA-SMI 550.54.15              Driver Version: 550.54.15      CUDA Version: "
+             "12.4     |\n"
+             "|   0  NVIDIA GeForce RTX 4060 Ti     Off |   00000000:01:00.0 Off |              "
+             "    N/A |\n"
+             "|  0%   33C    P8              9W /  160W |    3578MiB /   8188MiB |      0%     "
+             " Default |\n")
+    text = table + "RuntimeError: Engine core initialization failed. See root cause above.\n"
+    assert unwrap(text).text == text
+    gpu = extract_facts(unwrap(text).text).gpus[0]
+    assert (gpu.name, gpu.used_mib, gpu.total_mib) == ("NVIDIA GeForce RTX 4060 Ti", 3578, 8188)
+
+
+def test_a_width_met_by_the_message_or_by_the_whole_line() -> None:
+    # A logger prefixed the fragments of one message after the cut; another message, pasted
+    # without a prefix, was cut at the same width: both are rejoined.
+    prefixed = "\n".join(PREFIX + frag for frag in cut(V1_KV, 80))
+    plain = "\n".join(cut("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 50.00 "
+                          "MiB. GPU 0 has a total capacity of 23.56 GiB of which 56.88 MiB is "
+                          "free", 80))
+    out = unwrap(prefixed + "\n" + plain).text.splitlines()
+    assert len(out) == 2
+    assert "total capacity of 23.56 GiB of which 56.88 MiB is free" in out[1]
+    assert kv_facts(prefixed + "\n" + plain) == EXPECTED

@@ -100,3 +100,32 @@ def test_a_non_memory_error_in_a_start_up_phase_is_not_memory(kb: KB, text: str)
     d = run(kb, text)
     memory = {p.id for p in d.problems if kb.problems[p.id].memory_problem}
     assert d.problems and not memory, [p.id for p in d.problems]
+
+
+@pytest.mark.parametrize(("said", "problem", "phase"), [
+    # sglang#10408: "runs fine for a few minutes, then crashes"
+    ("SGLang runs fine for a few minutes, then crashes with this", "oom-under-load", "serving"),
+    # verl#632: the rollout engine woken up for the next step
+    ("It OOMs when the rollout worker is woken up at the beginning of the second step",
+     "oom-under-load", "serving"),
+    ("It always fails while loading the model on our A10", "oom-loading-weights", "loading"),
+    # a description runs in time order: the last phase named is where it failed
+    ("It served traffic for weeks; since the upgrade it fails at startup",
+     "oom-during-startup-profiling", "startup"),
+])
+def test_the_users_words_place_an_error_the_log_does_not(kb: KB, said: str, problem: str,
+                                                          phase: str) -> None:
+    d = run(kb, said + ":\n" + OOM + "\n")
+    assert d.top is not None and (d.top.id, d.top.phase) == (problem, phase)
+
+
+def test_frames_and_milestones_outrank_the_users_words(kb: KB) -> None:
+    text = "It crashes under load after a while:\n" + frames("load_model", "load_weights") + OOM
+    d = run(kb, text)
+    assert d.top is not None and (d.top.id, d.top.phase) == ("oom-loading-weights", "loading")
+    # the error quoted first, the log below it: the log's last milestone places it
+    text = ("It fails when loading the model, here is the error:\n" + OOM + "\n"
+            "INFO 11-18 18:05:02 [loggers.py:118] Engine 000: Avg prompt throughput: 1843.2 "
+            "tokens/s, Avg generation throughput: 12.0 tokens/s\n")
+    d = run(kb, text)
+    assert d.top is not None and (d.top.id, d.top.phase) == ("oom-under-load", "serving")
