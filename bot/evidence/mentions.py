@@ -1,4 +1,5 @@
-"""GPUs and models named in prose ("Running Llama 3 70B on A100 GPU", "3x NVIDIA RTX 4090").
+"""GPUs, models and the memory setting named in prose ("Running Llama 3 70B on A100 GPU",
+"3x NVIDIA RTX 4090", "utilization is set to 0.6").
 
 The lowest-priority source: every fact here is set only if nothing better is known, so a log or
 an nvidia-smi paste always wins over what the user wrote in the question.
@@ -10,6 +11,7 @@ import re
 from typing import ClassVar
 
 from bot.evidence.base import FactSink, Line
+from bot.evidence.paste import is_prose
 from bot.lazyre import lazy
 
 # A GPU model: a family prefix and a model number, with an optional memory size.
@@ -22,7 +24,8 @@ _GPU = lazy(
 # A model size in billions/millions of parameters, or a Hugging Face repo id.
 _FAMILY = lazy(
     r"(?<![\w./-])(?P<name>(?:Meta-)?(?:Llama|QwQ|Qwen|Mistral|Mixtral|DeepSeek|Gemma|Phi|"
-    r"Falcon|CodeLlama|gpt-oss|Yi|GLM|Kimi)[\w .-]{0,40})", re.IGNORECASE)
+    r"Falcon|CodeLlama|gpt-oss|Yi|GLM|Kimi|LLaVA|InternVL|InternLM|MiniCPM|Baichuan|Granite|"
+    r"Nemotron|StarCoder|Vicuna|OLMo)[\w .-]{0,40})", re.IGNORECASE)
 _SIZE = lazy(r"^(.{0,40}?\b\d{1,4}(?:\.\d{1,2})?[BbMm])(?![\w])")
 _REPO = lazy(r"(?<![\w./-])(?P<repo>[A-Za-z0-9][\w.-]{0,40}/[A-Za-z0-9][\w.-]{0,80})"
                    r"(?![\w/-])")
@@ -38,9 +41,18 @@ _GPU_CONTEXT = lazy(r"\s{0,2}(?:GPU|\(|\d{2,3} ?GB)")
 _NUMBER_WORDS = {"two": 2, "three": 3, "four": 4, "six": 6, "eight": 8}
 # "3 GPUs", "two 24G cards", "8张A800" (a count with no model name next to it)
 _COUNT = lazy(r"(?<![\w.])(?P<count>\d{1,2}) ?(?:x |\* )?(?:GPUs|gpus|GPU cards|cards|张)")
+# "utilization is set to be 0.6", "gpu_memory_utilization to 0.7", "mem-fraction-static 0.85"
+# (vLLM's own hints print four decimals, "equivalent to --gpu-memory-utilization=0.8800": a
+# value to try, not the setting; people write 0.9 or 0.95)
+_UTIL = lazy(r"(?<!\w)(?P<key>gpu[_ -]?memory[_ -]?utili[sz]ation|mem[_ -]fraction[_ -]static|"
+             r"\butili[sz]ation)\b(?: (?:is|was))?(?: set)?(?: (?:to|at|of))?(?: be)?\s{0,2}"
+             r"[=:]?\s{0,2}(?P<value>0?\.\d{1,3}|1\.0{1,3})(?![\d%])", re.IGNORECASE)
+_QUANT_AFTER = lazy(r"\s{0,2}[(\[]?\s{0,2}(?P<q>NVFP4|MXFP4|AWQ|GPTQ|FP8|INT4|INT8|W4A16|W8A8)\b",
+                    re.IGNORECASE)
 _MAX_PROSE = 2000
 _FAMILY_WORDS = ("llama", "qwen", "qwq", "mistral", "mixtral", "deepseek", "gemma", "phi-",
-                 "falcon", "gpt-", "glm", "yi-", "kimi", "starcoder", "granite", "nemotron")
+                 "falcon", "gpt-", "glm", "yi-", "kimi", "starcoder", "granite", "nemotron",
+                 "llava", "internvl", "internlm", "minicpm", "baichuan", "vicuna", "olmo")
 
 
 class MentionsExtractor:
@@ -51,7 +63,9 @@ class MentionsExtractor:
         "cards", "张", "A10", "a10", "a30", "a40", "a6000", "h100", "h200", "h800", "h20", "l40",
         "l4", "L4", "T4", "t4", "v100", "p100", "P40", "p40", "b200", "090", "080", "060",
         "llama", "mistral", "mixtral", "gemma", "deepseek", "phi-", "Phi",
-        "lama", "LaMA", "Qwen", "qwen", "istral", "eepSeek", "eepseek", "emma", "gpt-oss", "Phi-")
+        "lama", "LaMA", "Qwen", "qwen", "istral", "eepSeek", "eepseek", "emma", "gpt-oss", "Phi-",
+        "LaVA", "lava", "ntern", "iniCPM", "inicpm", "aichuan", "ranite", "emotron", "tarCoder",
+        "tarcoder", "icuna", "OLMo", "olmo", "utilization", "Utilization", "fraction")
     follow: ClassVar[int] = 0
 
     def feed(self, line: Line, sink: FactSink) -> None:
@@ -71,10 +85,21 @@ class MentionsExtractor:
                 sink.set_default("gpu_count", n, line.no)
         if sink.get("gpu_count") is None and (c := _COUNT.search(text)):
             sink.set_default("gpu_count", int(c.group("count")), line.no)
+        if (sink.get("gpu_memory_utilization") is None and sink.get("mem_fraction_static") is None
+                and (u := _UTIL.search(text)) and is_prose(text)):
+            # a person's statement of the setting; vLLM's own hints name values to try
+            fact = "mem_fraction_static" if "fraction" in u.group("key").lower() else (
+                "gpu_memory_utilization")
+            sink.set_default(fact, float(u.group("value")), line.no)
         if sink.get("model") is None:
             model = _model(text)
             if model:
                 sink.set_default("model", model, line.no)
+                # "Qwen3.8-27B (NVFP4)": the format said right after the name
+                at = text.find(model) + len(model)
+                q = _QUANT_AFTER.match(text, at)
+                if q and sink.get("quantization") is None:
+                    sink.set_default("quantization", q.group("q").lower(), line.no)
 
     def finish(self, sink: FactSink) -> None:
         """Nothing spans lines."""

@@ -14,6 +14,7 @@ flags), not two servers.
 
 from __future__ import annotations
 
+import re
 from typing import ClassVar
 
 from bot.evidence.base import FactSink, Line
@@ -25,9 +26,19 @@ _SERVER_COMMANDS = ("vllm serve ", "vllm.entrypoints.openai.api_server",
                     "text-generation-launcher ")
 _LLM = ("LLM(", "AsyncLLMEngine.from_engine_args", "LLMEngine.from_engine_args")
 _TRAINERS = ("grpo_trainer", "GRPOTrainer", "ppo_trainer", "PPOTrainer", "accelerate launch",
-             "deepspeed ", "colocate", "actor_rollout_ref", "openrlhf", "verl.trainer")
+             "deepspeed ", "colocate", "openrlhf", "verl.trainer")
 # a trainer's settings that drive a vLLM engine of its own
-_TRAINER_VLLM = ("use_vllm", "vllm_gpu_memory_utilization", "vllm_mode", "rollout.name=vllm")
+# (verl's actor_rollout_ref is the hybrid engine: the actor and its rollout share the GPUs)
+_TRAINER_VLLM = ("use_vllm", "vllm_gpu_memory_utilization", "vllm_mode", "rollout.name=vllm",
+                 "actor_rollout_ref")
+# RL frameworks and the words of their co-located rollout, as people write them ("within the
+# framework of veRL", "the VLLM rollout worker is woken up"): read ignoring case, whole words
+_TRAINER_WORDS = ("verl", "openrlhf", "grpo", "rlhf", "rollout", "sleep mode", "enable_sleep",
+                  "woken up", "wake_up")
+_TRAINER_SAID = lazy(r"\b(?:verl|openrlhf|grpo\w{0,10}|rlhf|(?:vllm|sglang) rollout|rollout "
+                     r"(?:worker|engine|model)|sleep mode|enable_sleep|woken up|wake_up)\b",
+                     re.IGNORECASE)
+_ENGINE_WORDS = ("vllm", "sglang")
 _DEVICES = lazy(r"CUDA_VISIBLE_DEVICES=[\"']?(?P<ids>\d{1,2}(?:,\d{1,2}){0,15})")
 _CODE_LLM = lazy(r"(?:^|[=\s(])LLM\(")
 _MODEL = lazy(r"(?:\bserve\s{1,8}|--model(?:-path|-id|_path)?[= ]{1,4})[\"']?"
@@ -39,6 +50,7 @@ _CHATTER = ("Received request", "prompt: ")
 class TenantsExtractor:
     name: ClassVar[str] = "tenants"
     anchors: ClassVar[tuple[str, ...]] = (*_SERVER_COMMANDS, *_LLM, *_TRAINERS, *_TRAINER_VLLM)
+    folded_anchors: ClassVar[tuple[str, ...]] = (*_TRAINER_WORDS, *_ENGINE_WORDS)
     follow: ClassVar[int] = 16  # a command continued over lines with "\\"
 
     def __init__(self) -> None:
@@ -46,7 +58,7 @@ class TenantsExtractor:
         self._servers: dict[tuple[str | None, str | None], frozenset[str] | None] = {}
         self._command: list[str] | None = None  # a command being read, continued with "\\"
         self._engines: set[str] = set()
-        self._trainer = self._trainer_vllm = False
+        self._trainer = self._trainer_vllm = self._engine_named = False
 
     def feed(self, line: Line, sink: FactSink) -> None:
         text = line.text
@@ -61,8 +73,12 @@ class TenantsExtractor:
             self._end_command()
         if any(k in text for k in _LLM) and _CODE_LLM.search(text):
             self._engines.add(" ".join(text.split()))
-        self._trainer = self._trainer or any(k in text for k in _TRAINERS)
+        self._trainer = (self._trainer or any(k in text for k in _TRAINERS)
+                         or _TRAINER_SAID.search(text) is not None)
         self._trainer_vllm = self._trainer_vllm or any(k in text for k in _TRAINER_VLLM)
+        if not self._engine_named:
+            lowered = text.lower()
+            self._engine_named = any(w in lowered for w in _ENGINE_WORDS)
 
     def _end_command(self) -> None:
         if self._command is None:
@@ -81,5 +97,6 @@ class TenantsExtractor:
         engines = servers + len(self._engines)
         if engines:
             sink.set("engines_on_gpu", engines)
-        if self._trainer_vllm or (self._trainer and (engines or sink.get("engine") == "vllm")):
+        if self._trainer_vllm or (self._trainer and (engines or self._engine_named
+                                                     or sink.get("engine") in ("vllm", "sglang"))):
             sink.set("trainer_on_gpu", True)

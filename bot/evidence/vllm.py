@@ -67,6 +67,14 @@ _RULES = Rules(
     rule("Free memory on device",
          rf"Free memory on device(?: [\w:]{{1,16}})? \({num('free_memory_gib')}/"
          rf"{num('gpu_total_gib')}{_GIB}\) on startup"),
+    # the start-up check as later builds word it: "Free memory on cuda:0 (38.74/121.63 GiB)
+    # < desired utilization (0.35, 42.57 GiB)"
+    rule("desired utilization",
+         rf"Free memory(?: on [\w:]{{1,16}})? \({num('free_memory_gib')}/"
+         rf"{num('gpu_total_gib')}{_GIB}\) < desired utilization"),
+    rule("desired utilization",
+         rf"< desired utilization \({num('gpu_memory_utilization')}, "
+         rf"{num('requested_memory_gib')}{_GIB}\)"),
     rule("esired GPU memory utilization",
          rf"[Dd]esired GPU memory utilization (?:is )?\({num('gpu_memory_utilization')}, "
          rf"{num('requested_memory_gib')}{_GIB}\)"),
@@ -146,7 +154,8 @@ class VllmExtractor:
         "model weights t", "Model loading took", "Memory profiling", "the current vLLM instance",
         "KV cache memory", "as specified by kv_cache_memory_bytes", " blocks: ", "KV cache size:",
         "Maximum concurrency for", "Graph capturing finished", "CUDA graph",
-        "Free memory on device", "To serve at least one request", "stored in KV cache",
+        "Free memory on device", "desired utilization", "To serve at least one request",
+        "stored in KV cache",
         "estimated maximum model length is", "KV cache is needed",
         "than the available KV cache memory",
         "Auto-fit max_model_len", "Using max model len", "total_num_cumulative_preemption",

@@ -60,6 +60,13 @@ NCCL_GIB = 0.5
 DEFAULT_VOCAB = 128_000
 
 
+def quantization_in_name(name: str | None) -> str | None:
+    """The weight format a model's name states ("Qwen3.6-35B-A3B-NVFP4", "Llama-3-70B-AWQ"),
+    for a model the catalog does not know; None when it states none."""
+    lowered = (name or "").rsplit("/", 1)[-1].lower()
+    return next((k for k in (*_FOUR_BIT, *_EIGHT_BIT) if k in lowered), None)
+
+
 def weight_format(quantization: str | None, dtype: str | None = None) -> str:
     """'32bit' / '16bit' / '8bit' / '4bit' for a --quantization value or a dtype."""
     q = (quantization or dtype or "").lower()
@@ -187,7 +194,8 @@ class Budget:
             self.util = DEFAULT_UTIL
             self.notes.append("gpu_memory_utilization not shown: vLLM's default 0.9 assumed")
         self.weight_fmt = weight_format(
-            self.f.quantization or (inp.model.quantization if inp.model else None),
+            self.f.quantization or (inp.model.quantization if inp.model
+                                    else quantization_in_name(self.f.model)),
             (inp.model.spec.weight_dtype if inp.model else None) or self.f.dtype)
         self.weights = self._weights()
         self.mnbt = self.f.max_num_batched_tokens

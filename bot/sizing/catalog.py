@@ -279,7 +279,8 @@ def _loose_match(name: str, root: Path) -> ModelSpec | None:
     if m is None:
         return None
     family, size = m.group("family").lower(), m.group("size").lower()
-    sized = re.compile(rf"(?<![\d.]){re.escape(size)}b(?![a-z0-9])")
+    # the total size, not an MoE's active one ("480b-a35b" is not 35B)
+    sized = re.compile(rf"(?<![\w.]){re.escape(size)}b(?![a-z0-9])")
     found = [spec for spec in models(root).values()
              if family in _short(spec.id) and sized.search(_short(spec.id))]
     return max(found, key=lambda sp: _version(_short(sp.id), family), default=None)

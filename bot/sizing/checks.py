@@ -69,6 +69,7 @@ def condition(name: str) -> Callable[[ConditionFn], ConditionFn]:
 # partial, and quotes the numbers it used so the answer can show its work.
 
 FOREIGN_MIN_GIB = 0.5  # less than this is a desktop/monitoring footprint, not a cause
+COMMON_GPU_GIB = 79.0  # an 80 GB A100/H100 as the CUDA runtime reports it (79.1-79.6 GiB)
 
 
 def _extra(s: Sizing | None, name: str) -> Any:
@@ -277,6 +278,21 @@ def _weights_unsharded(f: Facts, s: Sizing | None) -> str | None:
     return why
 
 
+@condition("weights_exceed_common_gpu")
+def _weights_no_gpu(f: Facts, s: Sizing | None) -> str | None:
+    """The GPU is not named, but the weights at this TP are more than an 80 GB part holds
+    (a 72B model in bf16 is ~134 GiB): it takes a 141 GB-class GPU, or more ranks."""
+    if _total(f, s) or _loaded(f) or (_gpu_count(f) or 1) > 1:
+        return None
+    if (f.tensor_parallel_size or 1) * (f.pipeline_parallel_size or 1) > 1:
+        return None
+    w = _weights(f, s)
+    if w is None or w <= COMMON_GPU_GIB:
+        return None
+    return (f"{_weights_why(f, s, w)}: more than an 80 GB GPU holds; it needs a larger "
+            "GPU (H200, B200, MI300X) or a higher TP")
+
+
 @condition("weights_fill_budget")
 def _weights_fill(f: Facts, s: Sizing | None) -> str | None:
     return _budget_share(f, s, 0.9)
@@ -430,6 +446,17 @@ def _util_fits(f: Facts, s: Sizing | None) -> str | None:
     if util is None or need is None or not util < need <= 0.95:
         return None
     return f"utilization {need:.3f} (from {util:.2f}) would make one request at max-model-len fit"
+
+
+@condition("trainer_pool_large")
+def _trainer_pool(f: Facts, s: Sizing | None) -> str | None:
+    """A rollout engine next to its trainer: half the GPU or more for the engine's pool leaves
+    the trainer's model, gradients and optimizer too little."""
+    util = _util(f, s)
+    if not f.trainer_on_gpu or util is None or util < 0.5:
+        return None
+    return (f"utilization {util:g} gives the engine {util:.0%} of the GPU while the trainer "
+            "beside it needs the rest")
 
 
 @condition("utilization_high")

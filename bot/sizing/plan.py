@@ -185,13 +185,13 @@ def score_cause(cause: Cause, facts: Facts, sizing: Sizing | None,
     for sup in cause.supports:
         if sup.signal is not None:
             if sup.signal in hits:
-                held.append((sup.score, quote(hits[sup.signal][-1])))
+                held.append((sup.score, quote(shown(hits[sup.signal]))))
         elif (why := CONDITIONS[sup.when or ""](facts, sizing)) is not None:
             held.append((sup.score, why))
     named = False
     for sig in cause.signatures:
         if sig.id in hits:
-            hit = hits[sig.id][-1]
+            hit = shown(hits[sig.id])
             named = named or hit.kind in ("error", "warning")
             held.append((sig.weight, quote(hit)))
     if not named:
@@ -208,6 +208,12 @@ def score_cause(cause: Cause, facts: Facts, sizing: Sizing | None,
         if len(whys) < 2 and not any(why in w or w in why for w in whys):
             whys.append(why)
     return Scored(cause, score, "; ".join(whys), True)
+
+
+def shown(seen: Sequence[SignatureHit]) -> SignatureHit:
+    """The hit to quote: the latest log line over a person's sentence (torch's own advice
+    after an error reads as prose, but the error line is the evidence)."""
+    return next((h for h in reversed(seen) if h.kind != "prose"), seen[-1])
 
 
 def quote(hit: SignatureHit) -> str:

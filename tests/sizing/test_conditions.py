@@ -59,6 +59,9 @@ ROWS = [
         dict(model=L70B, tensor_parallel_size=4, **H100), "TP", sized=True),
     Row("weights_exceed_budget_at_safe_max", dict(model=L70B, **H100),
         dict(model=L8B, **H100), "0.95", sized=True),
+    # no GPU named: a 70B model in bf16 is more than an 80 GB part holds; at TP 2 it is not
+    Row("weights_exceed_common_gpu", dict(model=L70B), dict(model=L70B, tensor_parallel_size=2),
+        "80 GB", sized=True),
     Row("weights_fill_budget", dict(model=L8B, gpu_memory_utilization=0.7, **A10),
         dict(model=L8B, **A10), "(95%)", sized=True),
     Row("weights_dominate_budget", dict(model=L8B, **A10), dict(model=L8B, **H100), "(74%)",
@@ -100,6 +103,8 @@ ROWS = [
         dict(model=L8B, max_model_len=32768, gpu_memory_utilization=0.5, **A10),
         dict(model=L8B, max_model_len=4096, gpu_memory_utilization=0.9, **A10), "utilization",
         sized=True),
+    Row("trainer_pool_large", dict(trainer_on_gpu=True, gpu_memory_utilization=0.7),
+        dict(trainer_on_gpu=True, gpu_memory_utilization=0.4), "70%"),
     Row("utilization_high", dict(gpu_memory_utilization=1.0),
         dict(gpu_memory_utilization=0.9), "1"),
     Row("utilization_at_safe_max", dict(gpu_memory_utilization=0.95),
