@@ -1,5 +1,5 @@
-"""Running the KB's own examples: every excerpt must match its problem (or fire one of its
-cause's signatures), no near-miss may.
+"""Running the KB's own examples: every excerpt must match its problem (or, for a cause, have
+a diagnosis support it with evidence), no near-miss may.
 
 This is what `inferbot kb test` and `inferbot kb validate` run, and what the test suite runs,
 so a KB edit that breaks an example fails the same way everywhere. Excerpts are read as a
@@ -53,20 +53,29 @@ def match_problems(compiled: CompiledKB, text: str) -> list[str]:
     return [p.id for p in scan_text(compiled, text).problems()]
 
 
+def supported_causes(kb: KB, text: str) -> list[str]:
+    """The causes a whole diagnosis of `text` supports with evidence, best first: a cause
+    shows in its signatures (a line that names it) or in the facts its conditions read (a
+    second server, weights larger than the GPU), so its excerpts go through all of it."""
+    from bot.diagnose import diagnose
+    from bot.schema import Evidence
+
+    return [c.id for c in diagnose(Evidence(text=text), kb).causes if c.supported]
+
+
 def run_examples(kb: KB) -> list[ExampleResult]:
     compiled = CompiledKB(kb)
     results: list[ExampleResult] = []
     for owner, exset in sorted(kb.examples.items()):
         path = kb.example_docs[owner]
         doc = load(Path(path))
-        own = {sig.id for sig in kb.causes[owner].signatures} if exset.cause else set()
         for kind, items in (("match", exset.match), ("near_miss", exset.near_miss)):
             for i, ex in enumerate(items):
-                matcher = scan_text(compiled, ex.text)
                 if exset.cause:
-                    got = sorted(matcher.signatures_seen & own)
-                    ok = bool(got) == (kind == "match")
+                    got = supported_causes(kb, ex.text)
+                    ok = (owner in got) == (kind == "match")
                 else:
+                    matcher = scan_text(compiled, ex.text)
                     got = [p.id for p in matcher.problems()]
                     if kind == "match":
                         ok = (got[:1] == [owner]) if ex.expect == "top" else owner in got
