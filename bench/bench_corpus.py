@@ -4,7 +4,8 @@ Prints, over every case and per messiness tag: top-1 (the expected problem or on
 also accepts), false memory claims (a memory problem named anywhere on a paste whose problem is
 not GPU memory), the expected root cause in the top two (cases whose thread shows one), the
 phase read off the paste, and the confusion table of expected against found top problems.
-Usage: python bench/bench_corpus.py [--misses] [--only ID ...]
+Usage: python bench/bench_corpus.py [--misses] [--only ID ...] [--corpus FILE]
+(--corpus scores another file of cases in the same format, such as a held-out batch.)
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bot.kb.loader import load_kb  # noqa: E402
-from tests.corpus.score import judge, load_cases, memory_problems, run  # noqa: E402
+from tests.corpus.score import CORPUS, judge, load_cases, memory_problems, run  # noqa: E402
 
 _PHASES = {"startup": "startup-other", "warmup": "profiling", None: "n/a"}
 
@@ -28,10 +29,11 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--misses", action="store_true", help="one line per miss")
     ap.add_argument("--only", nargs="*", help="case ids to run")
+    ap.add_argument("--corpus", type=Path, default=CORPUS, help="cases (JSON lines)")
     args = ap.parse_args()
     kb = load_kb(use_cache=False)
     memory = memory_problems(kb)
-    cases = [c for c in load_cases() if not args.only or c["id"] in args.only]
+    cases = [c for c in load_cases(args.corpus) if not args.only or c["id"] in args.only]
     started = time.perf_counter()
     tally: dict[str, Counter[str]] = defaultdict(Counter)
     confusion: Counter[tuple[str, str]] = Counter()
