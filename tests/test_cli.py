@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -92,6 +93,41 @@ def test_hostile_small_inputs_get_a_clear_outcome(tmp_path: Path, content: bytes
     assert r.returncode == 0, r.stderr
     assert b"No known problem matched." in r.stdout
     assert b"Traceback" not in r.stderr
+
+
+# Pastes built to hurt the reader: random bytes, a message cut into one-character lines under
+# a prefix that repeats on every fragment, and a paste whose every line ends at the same width
+# with nothing to rejoin. Each must end in a plain answer.
+KV = (b"ValueError: To serve at least one request with the model's max seq len (262144), "
+      b"(36.0 GiB KV cache is needed, which is larger than the available KV cache memory "
+      b"(6.94 GiB).")
+HOSTILE = {
+    "random-bytes": random.Random(7).randbytes(3 << 20),
+    "one-char-lines": b"".join(b"(EngineCore_DP0 pid=1) ERROR 11-30 10:00:01 [core.py:700] "
+                               + bytes([c]) + b"\n" for c in KV * 200),
+    "all-at-the-width": (b"a" * 79 + b"\n") * 40_000 + KV + b"\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_hostile_pastes_on_stdin_get_an_answer(name: str) -> None:
+    r = cli("diagnose", "-", "--no-store", "--json", stdin=HOSTILE[name])
+    assert r.returncode == 0, r.stderr[-500:]
+    assert b"Traceback" not in r.stderr
+    d = json.loads(r.stdout)
+    if name == "all-at-the-width":
+        # nothing else in the paste: the message at its end is read with its figures
+        assert d["problems"][0]["id"] == "max-model-len-exceeds-kv-cache"
+        assert d["facts"]["kv_cache_needed_gib"] == 36.0
+
+
+@pytest.mark.slow
+def test_a_50mb_paste_on_stdin_is_read_to_its_end() -> None:
+    noise = b"INFO 11-18 18:05:02 [logger.py:43] Received request chatcmpl-1: prompt: 'hi'\n"
+    paste = noise * (50 * (1 << 20) // len(noise)) + EXAMPLE.read_bytes()
+    r = cli("diagnose", "-", "--no-store", "--json", stdin=paste)
+    assert r.returncode == 0 and b"Traceback" not in r.stderr
+    assert json.loads(r.stdout)["problems"][0]["id"] == "max-model-len-exceeds-kv-cache"
 
 
 PEAK = """
