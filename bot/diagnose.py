@@ -64,7 +64,9 @@ def diagnose(evidence: Evidence, kb: KB, stream: BinaryIO | None = None) -> Diag
         matcher.renumber(paste.raw_line)
 
     problems = matcher.problems(redact)
-    phase = problems[0].phase if problems else None
+    # the phase the paste shows at the deciding line, else the one the symptom implies, else
+    # where the log had got to
+    phase = (problems[0].phase or kb.problems[problems[0].id].phase) if problems else None
     facts = dataclasses.replace(_merge(sink.build(), evidence.collected),
                                 phase=phase or matcher.phase.last_milestone())
     # causes quote the lines that support them: redacted, as every line that leaves the core

@@ -241,6 +241,9 @@ def check_references(kb: KB) -> None:
         for cid in p.causes:
             if cid not in kb.causes:
                 raise KBError(where.path, where.line, f"problem {p.id}: unknown cause {cid!r}")
+        if p.phase is not None and p.phase not in phase_ids:
+            raise KBError(where.path, where.line, f"problem {p.id}: unknown phase {p.phase!r} "
+                          f"(phases.yaml has {phase_ids})")
         for rid in p.related:
             if rid not in kb.problems:
                 raise KBError(where.path, where.line, f"problem {p.id}: unknown related {rid!r}")

@@ -239,6 +239,9 @@ class Problem(KBModel):
     # False for a complaint rather than a failure (slow generation): a person's words naming
     # a failure elsewhere (NCCL, host RAM) outweigh it as they outweigh a memory claim
     failure: bool = True
+    # Where in a server's life the symptom itself arises ("No available memory for the cache
+    # blocks" only while the KV cache is sized): the phase when nothing in the paste places it.
+    phase: str | None = None
     signatures: list[Signature]
     causes: list[str] = field(default_factory=list)  # candidate cause ids
     confirm: list[str] = field(default_factory=list)

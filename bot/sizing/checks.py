@@ -281,8 +281,9 @@ def _weights_unsharded(f: Facts, s: Sizing | None) -> str | None:
 @condition("weights_exceed_common_gpu")
 def _weights_no_gpu(f: Facts, s: Sizing | None) -> str | None:
     """The GPU is not named, but the weights at this TP are more than an 80 GB part holds
-    (a 72B model in bf16 is ~134 GiB): it takes a 141 GB-class GPU, or more ranks."""
-    if _total(f, s) or _loaded(f) or (_gpu_count(f) or 1) > 1:
+    (a 72B model in bf16 is ~134 GiB): it takes a 141 GB-class GPU, or more ranks. Even if
+    they loaded (on such a GPU), they leave the KV pool little: more ranks is the fix."""
+    if _total(f, s) or (_gpu_count(f) or 1) > 1:
         return None
     if (f.tensor_parallel_size or 1) * (f.pipeline_parallel_size or 1) > 1:
         return None

@@ -129,3 +129,16 @@ def test_frames_and_milestones_outrank_the_users_words(kb: KB) -> None:
             "tokens/s, Avg generation throughput: 12.0 tokens/s\n")
     d = run(kb, text)
     assert d.top is not None and (d.top.id, d.top.phase) == ("oom-under-load", "serving")
+
+
+@pytest.mark.parametrize(("line", "phase"), [
+    # raised only while the KV cache is sized, whatever the paste shows around it
+    ("ValueError: No available memory for the cache blocks. Try increasing "
+     "`gpu_memory_utilization` when initializing the engine.", "profiling"),
+    ("WARNING 05-02 10:00:00 scheduler.py:1057] Sequence group 12 is preempted by "
+     "PreemptionMode.RECOMPUTE mode because there is not enough KV cache space.", "serving"),
+    ("ValueError: Free memory on device (31.44/47.38 GiB) on startup is less than desired GPU "
+     "memory utilization (0.95, 45.01 GiB).", "startup"),
+])
+def test_a_symptom_that_implies_its_phase(kb: KB, line: str, phase: str) -> None:
+    assert run(kb, line + "\n").facts.phase == phase
