@@ -13,6 +13,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, BinaryIO, NoReturn
 
+from bot.errors import one_line
+
 if TYPE_CHECKING:
     from bot.kb.loader import KB
     from bot.kb.testing import ExampleResult
@@ -104,21 +106,13 @@ def _record(d: Diagnosis, source: str) -> str | None:
         result = record(d, source=source, host=d.host, user=getpass.getuser(),
                         excerpt=d.excerpt)
     except Exception as exc:
-        sys.stderr.write(f"inferbot: warning: incident not stored: {_one_line(exc)}\n")
+        sys.stderr.write(f"inferbot: warning: incident not stored: {one_line(exc)}\n")
         return None
     if result.spooled:
         sys.stderr.write(f"inferbot: warning: {result.warning}\n")
         return None
     d.incident_id = result.incident_id
     return result.summary()
-
-
-def _one_line(exc: BaseException) -> str:
-    invalid = _invalid_settings(exc)
-    if invalid:
-        return invalid
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
 
 
 def cmd_history(args: argparse.Namespace) -> int:
@@ -129,9 +123,9 @@ def cmd_history(args: argparse.Namespace) -> int:
                        engine_version=args.engine_version, status=args.status,
                        since=args.since, search=args.search, limit=args.limit)
     except ValueError as exc:
-        raise UsageError(str(exc)) from None
+        raise UsageError(one_line(exc)) from None
     except StoreUnavailable as exc:
-        raise Failure(f"the incident database is unavailable: {_one_line(exc)}") from None
+        raise Failure(f"the incident database is unavailable: {one_line(exc)}") from None
     sys.stdout.write((format_history_json(rows) if args.json else format_history_text(rows))
                      + "\n")
     return EXIT_OK
@@ -145,11 +139,11 @@ def cmd_resolve(args: argparse.Namespace) -> int:
     try:
         group = resolve(args.id, fix=args.fix, note=args.note, who=getpass.getuser())
     except ValueError as exc:
-        raise UsageError(str(exc)) from None
+        raise UsageError(one_line(exc)) from None
     except LookupError as exc:
-        raise Failure(_one_line(exc)) from None
+        raise Failure(one_line(exc)) from None
     except StoreUnavailable as exc:
-        raise Failure(f"the incident database is unavailable: {_one_line(exc)}") from None
+        raise Failure(f"the incident database is unavailable: {one_line(exc)}") from None
     sys.stdout.write(f"resolved: {group.explain()}\n")
     return EXIT_OK
 
@@ -160,7 +154,7 @@ def cmd_db(args: argparse.Namespace) -> int:
     try:
         revision = upgrade()
     except StoreUnavailable as exc:
-        raise Failure(f"the incident database is unavailable: {_one_line(exc)}") from None
+        raise Failure(f"the incident database is unavailable: {one_line(exc)}") from None
     sys.stdout.write(f"database at revision {revision}\n")
     return EXIT_OK
 
@@ -190,7 +184,7 @@ def cmd_size(args: argparse.Namespace) -> int:
                       gpu_memory_utilization=args.gpu_memory_utilization,
                       quantization=args.quantization, read_files=True)
     except ValueError as exc:
-        raise UsageError(str(exc)) from None
+        raise UsageError(one_line(exc)) from None
     sys.stdout.write((report.model_dump_json(indent=2) if args.json
                       else render_size_text(report)) + "\n")
     if args.chart:
@@ -279,8 +273,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         run(settings, http=args.http, bind=args.bind, port=args.port)
     except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    except StartupError as exc:
+        raise UsageError(one_line(exc)) from None
+    except StartupError as exc:  # already one redacted line
         raise Failure(str(exc)) from None
     return EXIT_OK
 
@@ -304,7 +298,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         try:
             inventory = load_inventory(Path(args.inventory) if args.inventory else None)
         except InventoryError as exc:
-            raise UsageError(str(exc)) from None
+            raise UsageError(one_line(exc)) from None
     snaps = check_hosts(names, inventory, deadline_s=args.deadline)
     audit(snaps, who=f"cli:{getpass.getuser()}")
     kb = _load_kb() if any(s.error is None for s in snaps) else None
@@ -504,21 +498,6 @@ def build_parser() -> argparse.ArgumentParser:
 _NEEDS_SETTINGS = frozenset({"history", "resolve", "db", "check", "serve"})
 
 
-def _invalid_settings(exc: BaseException) -> str | None:
-    """One line naming each invalid INFERBOT_* variable, if `exc` is Settings' validation
-    error (pydantic is imported only when some ValueError reaches here)."""
-    if not isinstance(exc, ValueError):
-        return None
-    from pydantic import ValidationError
-
-    if not isinstance(exc, ValidationError) or exc.title != "Settings":
-        return None
-    from bot.config import describe_errors
-
-    return (f"invalid configuration: {'; '.join(describe_errors(exc))} "
-            "(`inferbot doctor` checks it all)")
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -538,10 +517,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"inferbot: {exc}\n")
         return EXIT_FAIL
     except ValueError as exc:
-        invalid = _invalid_settings(exc)
-        if invalid is None:
+        if getattr(exc, "title", None) != "Settings":
             raise  # not configuration: a bug, keep the traceback
-        sys.stderr.write(f"inferbot: {invalid}\n")
+        sys.stderr.write(f"inferbot: {one_line(exc)}\n")
         return EXIT_USAGE
     except KeyboardInterrupt:
         sys.stderr.write("inferbot: interrupted\n")

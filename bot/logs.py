@@ -19,9 +19,8 @@ import sys
 from datetime import UTC, datetime
 from typing import TextIO
 
-from pydantic import ValidationError
-
 from bot.config import Settings
+from bot.errors import one_line
 from bot.evidence.redact import redact
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -97,14 +96,5 @@ def configure(settings: Settings) -> logging.StreamHandler[TextIO]:
 
 
 def describe_exception(exc: BaseException) -> str:
-    """An exception as one log-safe line: its type and a bounded first line of its text.
-
-    pydantic's ValidationError prints the offending input (a whole Slack payload, for a model
-    of an event), so for it only the error count and locations are given.
-    """
-    if isinstance(exc, ValidationError):
-        where = ", ".join(".".join(str(p) for p in e["loc"]) for e in exc.errors()[:5])
-        return f"{type(exc).__name__}: {exc.error_count()} error(s) at {where or '-'}"
-    lines = str(exc).strip().splitlines()
-    text = redact(lines[0])[:300] if lines else ""
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    """An exception as one log-safe line: its type, then its redacted, bounded first line."""
+    return one_line(exc, typed=True)

@@ -23,6 +23,7 @@ import paramiko
 from bot.collect.catalog import Command
 from bot.collect.execute import Batch, CommandResult
 from bot.collect.inventory import Endpoint, Target
+from bot.errors import one_line
 
 CONNECT_TIMEOUT_S = 10.0
 
@@ -68,7 +69,7 @@ class SshSession:
                                               ("127.0.0.1", 0), timeout=_left(deadline))
             except (paramiko.SSHException, OSError) as exc:
                 raise SshError(f"jump host could not reach {ep.address}:{ep.port}: "
-                               f"{_one_line(exc)}") from None
+                               f"{one_line(exc)}") from None
         self._client(self.target.endpoint, deadline, sock, "")
 
     def _client(self, ep: Endpoint, deadline: float, sock: Any, role: str) -> Any:
@@ -79,7 +80,7 @@ class SshSession:
             try:
                 client.load_host_keys(kh)
             except (OSError, paramiko.SSHException) as exc:
-                raise SshError(f"cannot read {kh}: {_one_line(exc)}") from None
+                raise SshError(f"cannot read {kh}: {one_line(exc)}") from None
         client.set_missing_host_key_policy(_RefuseUnknown())
         t = min(ep.timeout_s or CONNECT_TIMEOUT_S, _left(deadline))
         where = f"{role}{ep.known_hosts_name}"
@@ -109,7 +110,7 @@ class SshSession:
             # a silent peer shows up as a timeout, a banner error or a dead session, by phase
             if isinstance(exc, TimeoutError) or time.monotonic() >= started + t - 0.05:
                 raise SshError(f"no answer from {where} within {t:.0f} s") from None
-            raise SshError(f"cannot connect to {where}: {_one_line(exc)}") from None
+            raise SshError(f"cannot connect to {where}: {one_line(exc)}") from None
         return client
 
     def run(self, cmds: Sequence[Command], deadline: float) -> list[CommandResult]:
@@ -141,7 +142,7 @@ class SshSession:
             return batch.results()
         except (paramiko.SSHException, OSError, EOFError) as exc:
             self._drop_shell()
-            return batch.results(error=f"connection lost: {_one_line(exc)}")
+            return batch.results(error=f"connection lost: {one_line(exc)}")
 
     def _shell(self, deadline: float) -> Any:
         """One `sh` per host, fed batch after batch on stdin: the login shell and its rc files
@@ -165,8 +166,3 @@ class SshSession:
 
 def _left(deadline: float) -> float:
     return max(0.1, deadline - time.monotonic())
-
-
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0][:200] if text else type(exc).__name__

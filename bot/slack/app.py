@@ -43,6 +43,7 @@ from slack_sdk.web import SlackResponse
 
 from bot import metrics
 from bot.config import Settings
+from bot.errors import one_line
 from bot.logs import configure as configure_logging
 from bot.logs import describe_exception
 from bot.render.text import numbers
@@ -181,7 +182,7 @@ class Worker:
             return blocks.message("The incident store is unavailable right now; try again "
                                   "in a minute.")
         except ValueError as exc:  # ParseError, and the calculators' unknown model or GPU
-            return blocks.message(blocks.esc(str(exc)))
+            return blocks.message(blocks.esc(one_line(exc)))
         return blocks.help_reply()
 
     def paste(self, msg: MessageEvent, req: Request, user: str) -> None:
@@ -291,7 +292,7 @@ class Worker:
                 d = backend.diagnose_text(req.paste[:self.settings.max_paste_bytes], host=None,
                                           channel=channel, thread="", user=user)
         except Exception as exc:  # a refused or unreachable host, a bad word: say why
-            respond(text=blocks.esc(self._reason(exc)), response_type="ephemeral")
+            respond(text=blocks.esc(one_line(exc)), response_type="ephemeral")
             return
         history_line, incident_id = self.remember(d, channel, "", user)
         reply = blocks.answer(d, history_line=history_line, incident_id=incident_id,
@@ -299,19 +300,13 @@ class Worker:
         _count(d)
         respond(text=reply.text, blocks=reply.blocks, response_type="in_channel")
 
-    @staticmethod
-    def _reason(exc: Exception) -> str:
-        """One redacted line for the user."""
-        lines = backend.redact(str(exc)).splitlines()
-        return lines[0][:300] if lines else type(exc).__name__
-
     # ----- collection
 
     def check(self, channel: str, thread: str, user: str, args: list[str]) -> None:
         try:
             host = host_arg(args)
         except ParseError as exc:
-            self.post(channel, thread, blocks.message(blocks.esc(str(exc))))
+            self.post(channel, thread, blocks.message(blocks.esc(one_line(exc))))
             return
         self.collect(channel, thread, user, host)
 
@@ -326,7 +321,7 @@ class Worker:
         except Exception as exc:  # refused by the inventory, unreachable, timed out
             self.update(channel, looking, thread, blocks.message(
                 f"Could not collect from `{blocks.esc(host)}`: "
-                f"{blocks.esc(self._reason(exc))}"))
+                f"{blocks.esc(one_line(exc))}"))
             return
         self.answer(d, channel, thread, looking, user)
 
@@ -354,7 +349,7 @@ class Worker:
             group = backend.resolve(ref, fix=backend.redact(fix), who=user,
                                     settings=self.settings)
         except (LookupError, ValueError) as exc:
-            return blocks.message(blocks.esc(str(exc)))
+            return blocks.message(blocks.esc(one_line(exc)))
         used = blocks.esc(group.resolution_fix or fix)
         return blocks.message(f"Resolved group g{group.group_id} (seen {group.count}x) "
                               f"with: `{used}`")
@@ -462,13 +457,6 @@ class StartupError(RuntimeError):
     """Slack cannot be reached or refuses the token at start-up (one line for the user)."""
 
 
-def _one_line(exc: BaseException) -> str:
-    if isinstance(exc, SlackApiError):
-        return str(exc.response.get("error"))
-    lines = backend.redact(str(getattr(exc, "reason", None) or exc)).splitlines()
-    return lines[0][:200] if lines else type(exc).__name__
-
-
 def quiet_library_logs() -> None:
     """slack_sdk and Bolt log request and response bodies (message content, pastes) at DEBUG:
     their loggers are held at INFO whatever the root level is."""
@@ -493,7 +481,7 @@ def build(settings: Settings, *, http: bool) -> SlackBot:
     if settings.bot_token is None:
         raise ValueError("no bot token: set SLACK_BOT_TOKEN (or INFERBOT_BOT_TOKEN)")
     if http and settings.signing_secret is None:
-        raise ValueError("HTTP mode needs the signing secret: set SLACK_SIGNING_SECRET")
+        raise ValueError("HTTP mode needs the signing secret (set SLACK_SIGNING_SECRET)")
     quiet_library_logs()
     client = web_client(settings)
     try:  # Bolt checks the token with auth.test here
@@ -503,7 +491,7 @@ def build(settings: Settings, *, http: bool) -> SlackBot:
                   if settings.signing_secret else None,
                   request_verification_enabled=http)
     except (BoltError, SlackApiError, URLError, OSError) as exc:
-        raise StartupError(f"cannot reach Slack with the bot token: {_one_line(exc)}") from None
+        raise StartupError(f"cannot reach Slack with the bot token: {one_line(exc)}") from None
     worker = Worker(settings, client)
     register(app, worker)
     return SlackBot(app, worker)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bot.config import Settings
+from bot.errors import one_line
 from bot.schema import Diagnosis, Evidence
 
 if TYPE_CHECKING:
@@ -116,7 +117,7 @@ def database_problem(settings: Settings) -> str | None:
         with connectivity(), get_engine(settings.database_url).connect() as conn:
             conn.execute(text("SELECT 1"))
     except StoreUnavailable as exc:
-        return redact(str(exc))
+        return one_line(exc)
     return None
 
 

@@ -25,6 +25,8 @@ from sqlalchemy.engine import URL, Connection, Engine, make_url
 from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
+from bot.errors import one_line
+
 # The newest migration. A test checks it equals Alembic's head, so the start-up check needs no
 # Alembic import.
 HEAD = "0002"
@@ -63,13 +65,7 @@ def connectivity() -> Iterator[None]:
     try:
         yield
     except CONNECTIVITY_ERRORS as exc:
-        raise StoreUnavailable(_one_line(exc)) from exc
-
-
-def _one_line(exc: BaseException) -> str:
-    orig = getattr(exc, "orig", None) or exc
-    first = str(orig).strip().splitlines()
-    return f"{type(orig).__name__}: {first[0] if first else ''}".strip()
+        raise StoreUnavailable(one_line(exc, typed=True)) from exc
 
 
 def normalize_url(url: str) -> str:

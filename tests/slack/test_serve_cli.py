@@ -36,8 +36,8 @@ def test_serve_http_without_the_signing_secret_is_a_usage_error(fake: FakeSlack,
     done = subprocess.run([sys.executable, "-m", "bot.cli", "serve", "--http", "--port", "0"],
                           cwd=ROOT, env=e, capture_output=True, text=True, timeout=30)
     assert done.returncode == 2
-    assert done.stderr.strip() == ("inferbot: HTTP mode needs the signing secret: set "
-                                   "SLACK_SIGNING_SECRET")
+    assert done.stderr.strip() == ("inferbot: HTTP mode needs the signing secret (set "
+                                   "SLACK_SIGNING_SECRET)")
 
 
 def test_serve_when_slack_cannot_be_reached_fails_in_one_line(fake: FakeSlack,
