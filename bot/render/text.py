@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from bot.fmt import clip, gib
 from bot.schema import Diagnosis, Facts, Sizing
 
 PROSE_NOTE = "from your description, not a log line: weaker evidence"
@@ -53,10 +54,6 @@ def cause_lines(d: Diagnosis, host: str | None = None) -> list[str]:
     return out
 
 
-def _gib(v: float | None) -> str:
-    return "?" if v is None else f"{v:.2f} GiB"
-
-
 def _int(v: int | None) -> str:
     return "?" if v is None else f"{v:,}"
 
@@ -73,31 +70,31 @@ def numbers(d: Diagnosis) -> list[str]:
         if f.gpu_count and f.gpu_count > 1:
             parts.append(f"x{f.gpu_count}")
         if total is not None:
-            parts.append(f"{_gib(total)} total")
+            parts.append(f"{gib(total)} total")
         if f.free_memory_gib is not None:
-            parts.append(f"{_gib(f.free_memory_gib)} free at start")
+            parts.append(f"{gib(f.free_memory_gib)} free at start")
         out.append("GPU: " + ", ".join(parts).replace(", x", " x", 1))
     budget = f.budget_gib if f.budget_gib is not None else (s.budget_gib if s else None)
     if budget is not None:
         util = f.gpu_memory_utilization
-        product = f"{_gib(f.gpu_total_gib)} x {util} = " if f.gpu_total_gib and util else ""
-        out.append(f"Budget (gpu_memory_utilization): {product}{_gib(budget)}")
+        product = f"{gib(f.gpu_total_gib)} x {util} = " if f.gpu_total_gib and util else ""
+        out.append(f"Budget (gpu_memory_utilization): {product}{gib(budget)}")
     elif f.requested_memory_gib is not None:
         out.append(f"Requested at start-up: {f.gpu_memory_utilization} x "
-                   f"{_gib(f.gpu_total_gib)} = {_gib(f.requested_memory_gib)}")
+                   f"{gib(f.gpu_total_gib)} = {gib(f.requested_memory_gib)}")
     weights = f.weights_gib if f.weights_gib is not None else (s.weights_gib if s else None)
     if weights is not None:
         extra = []
         if f.activation_peak_gib is not None:
-            extra.append(f"activation peak {_gib(f.activation_peak_gib)}")
+            extra.append(f"activation peak {gib(f.activation_peak_gib)}")
         if f.non_torch_gib is not None:
-            extra.append(f"non-torch {_gib(f.non_torch_gib)}")
+            extra.append(f"non-torch {gib(f.non_torch_gib)}")
         if f.cuda_graph_gib is not None:
-            extra.append(f"CUDA graphs {_gib(f.cuda_graph_gib)}")
+            extra.append(f"CUDA graphs {gib(f.cuda_graph_gib)}")
         est = " (estimated)" if f.weights_gib is None and s and s.is_estimate else ""
-        out.append(f"Weights: {_gib(weights)}{est}" + (f"; {', '.join(extra)}" if extra else ""))
+        out.append(f"Weights: {gib(weights)}{est}" + (f"; {', '.join(extra)}" if extra else ""))
     if f.foreign_processes_gib:
-        out.append(f"Held by other processes: {_gib(f.foreign_processes_gib)}")
+        out.append(f"Held by other processes: {gib(f.foreign_processes_gib)}")
     avail = f.kv_cache_available_gib
     if avail is None and s:
         avail = s.kv_cache_available_gib
@@ -105,10 +102,10 @@ def numbers(d: Diagnosis) -> list[str]:
     if needed is None and s:
         needed = s.kv_cache_needed_gib
     if avail is not None or needed is not None:
-        line = f"KV cache available: {_gib(avail)}"
+        line = f"KV cache available: {gib(avail)}"
         if needed is not None:
             at = f" at max-model-len {_int(f.max_model_len)}" if f.max_model_len else ""
-            line += f"; needed for one request{at}: {_gib(needed)}"
+            line += f"; needed for one request{at}: {gib(needed)}"
         out.append(line)
     if s and s.kv_bytes_per_token:
         out.append(f"KV per token: {s.kv_bytes_per_token:,} bytes"
@@ -165,7 +162,8 @@ def render(d: Diagnosis) -> str:
     lines.append("")
     lines.append("Evidence:")
     for no, text in head.proof:
-        lines.append(f"  line {no}: {_clip(text)}" if no is not None else f"  {_clip(text)}")
+        shown = clip(text, 240)
+        lines.append(f"  line {no}: {shown}" if no is not None else f"  {shown}")
     if len(d.problems) > 1:
         also = ", ".join(f"{p.id} ({p.confidence:.2f})" for p in d.problems[1:])
         lines.append(f"Also seen: {also}")
@@ -213,5 +211,3 @@ def render(d: Diagnosis) -> str:
     return "\n".join(lines)
 
 
-def _clip(text: str, width: int = 240) -> str:
-    return text if len(text) <= width else text[: width - 1] + "…"

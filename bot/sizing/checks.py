@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from bot.fmt import gib
 from bot.schema import Facts, Sizing, field_names
 
 ConditionFn = Callable[[Facts, Sizing | None], str | None]  # the proof, or None
@@ -79,10 +80,6 @@ def _extra(s: Sizing | None, name: str) -> Any:
     return s.extra.get(name, getattr(s, name, None))
 
 
-def _gib(x: float) -> str:
-    return f"{x:.2f} GiB"
-
-
 def _util(f: Facts, s: Sizing | None) -> float | None:
     u = f.gpu_memory_utilization if f.gpu_memory_utilization is not None else _extra(
         s, "gpu_memory_utilization")
@@ -143,7 +140,7 @@ def foreign_processes_h(f: Facts) -> str | None:
     procs = [p for p in f.processes if p.is_server is False and p.used_mib]
     if not procs:
         return None
-    return ", ".join(f"pid {p.pid} {p.name or '?'} {_gib((p.used_mib or 0) / 1024)}"
+    return ", ".join(f"pid {p.pid} {p.name or '?'} {gib((p.used_mib or 0) / 1024)}"
                      for p in procs)
 
 
@@ -157,7 +154,7 @@ def _other_process(f: Facts, s: Sizing | None) -> str | None:
     torch_seen = any(p.source == "torch" and p.is_server is False for p in f.processes)
     who = foreign_processes_h(f)
     where = " (torch's OOM message lists it)" if torch_seen else ""
-    return (f"other processes hold {_gib(foreign)}" + (f": {who}" if who else "") + where)
+    return (f"other processes hold {gib(foreign)}" + (f": {who}" if who else "") + where)
 
 
 @condition("memory_outside_pytorch")
@@ -169,7 +166,7 @@ def _outside(f: Facts, s: Sizing | None) -> str | None:
         return None
     if any(p.is_server for p in f.processes) or (f.oom_process_in_use_gib or 0) > 0:
         return None  # torch accounted for this process; other_process_memory covers the rest
-    return (f"{_gib(out)} of the {_gib(total)} GPU was neither free nor held by the failing "
+    return (f"{gib(out)} of the {gib(total)} GPU was neither free nor held by the failing "
             "process's PyTorch allocator: another process holds it")
 
 
@@ -183,8 +180,8 @@ def _used_before(f: Facts, s: Sizing | None) -> str | None:
         used = f.profile_start_used_gib - w
     if used is None or used < max(1.0, 0.05 * (total or 0.0)):
         return None
-    of = f" of {_gib(total)}" if total else ""
-    return f"{_gib(used)}{of} was already in use before this server allocated anything"
+    of = f" of {gib(total)}" if total else ""
+    return f"{gib(used)}{of} was already in use before this server allocated anything"
 
 
 @condition("startup_free_check_failed")
@@ -215,7 +212,7 @@ def _non_torch_odd(f: Facts, s: Sizing | None) -> str | None:
     nt = f.non_torch_gib
     if nt is None or nt < 4.0:
         return None
-    return (f"{_gib(nt)} of non-torch memory is several times normal (0.1-2 GiB for the CUDA "
+    return (f"{gib(nt)} of non-torch memory is several times normal (0.1-2 GiB for the CUDA "
             "context, cuBLAS and NCCL): another process on the GPU is the usual reason")
 
 
@@ -230,7 +227,7 @@ def _profile_odd(f: Facts, s: Sizing | None) -> str | None:
     if extra < max(6.0, w):
         return None
     model = f" for {f.model}" if f.model else ""
-    return (f"{_gib(extra)} of activation and non-torch memory{model} (weights {_gib(w)}) is "
+    return (f"{gib(extra)} of activation and non-torch memory{model} (weights {gib(w)}) is "
             "several times normal: look for another process on the GPU")
 
 
@@ -238,7 +235,7 @@ def _profile_odd(f: Facts, s: Sizing | None) -> str | None:
 def _only_server(f: Facts, s: Sizing | None) -> str | None:
     foreign = _foreign(f, s)
     if foreign is not None and foreign <= FOREIGN_MIN_GIB and f.processes:
-        return f"the only memory on the GPU is the server's own (others hold {_gib(foreign)})"
+        return f"the only memory on the GPU is the server's own (others hold {gib(foreign)})"
     return None
 
 
@@ -247,7 +244,7 @@ def _only_server(f: Facts, s: Sizing | None) -> str | None:
 def _weights_why(f: Facts, s: Sizing | None, w: float) -> str:
     est = " (estimated from the model's size)" if f.weights_gib is None else ""
     ranks = (f.tensor_parallel_size or 1) * (f.pipeline_parallel_size or 1)
-    return f"weights {_gib(w)} per GPU{est} at TP x PP = {ranks}"
+    return f"weights {gib(w)} per GPU{est} at TP x PP = {ranks}"
 
 
 @condition("weights_exceed_gpu")
@@ -255,7 +252,7 @@ def _weights_gpu(f: Facts, s: Sizing | None) -> str | None:
     w, total = _weights(f, s), _total(f, s)
     if w is None or not total or w <= total * 0.95:
         return None
-    return f"{_weights_why(f, s, w)} against one GPU's {_gib(total)}: they cannot load"
+    return f"{_weights_why(f, s, w)} against one GPU's {gib(total)}: they cannot load"
 
 
 @condition("weights_cannot_load")
@@ -309,7 +306,7 @@ def _weights_small(f: Facts, s: Sizing | None) -> str | None:
     w, budget = _weights(f, s), _budget(f, s)
     if w is None or not budget or w >= 0.5 * budget:
         return None
-    return f"weights {_gib(w)} use only {w / budget:.0%} of the {_gib(budget)} budget"
+    return f"weights {gib(w)} use only {w / budget:.0%} of the {gib(budget)} budget"
 
 
 def _budget(f: Facts, s: Sizing | None) -> float | None:
@@ -326,16 +323,16 @@ def _budget_share(f: Facts, s: Sizing | None, at_least: float) -> str | None:
         # budget - available: exact when the log printed the KV figure, and it includes the
         # activation and non-torch terms, so it beats a catalog estimate of the weights.
         used = float(non_kv)
-        what = f"weights {_gib(w)} + activation + non-torch" if w is not None else (
+        what = f"weights {gib(w)} + activation + non-torch" if w is not None else (
             "weights + activation + non-torch")
     elif w is not None:
-        used, what = w, f"weights {_gib(w)}" + (" (estimated)" if f.weights_gib is None else "")
+        used, what = w, f"weights {gib(w)}" + (" (estimated)" if f.weights_gib is None else "")
     else:
         return None
     share = used / budget
     if share < at_least:
         return None
-    return f"{what} take {_gib(used)} of the {_gib(budget)} budget ({share:.0%})"
+    return f"{what} take {gib(used)} of the {gib(budget)} budget ({share:.0%})"
 
 
 @condition("full_precision_fp32")
@@ -366,8 +363,8 @@ def _kv_needed(f: Facts, s: Sizing | None) -> str | None:
     if needed is not None and avail is not None:
         if needed <= avail:
             return None
-        why = (f"one request at max-model-len {length} needs {_gib(needed)} of KV cache, "
-               f"more than the {_gib(avail)} available")
+        why = (f"one request at max-model-len {length} needs {gib(needed)} of KV cache, "
+               f"more than the {gib(avail)} available")
         return why + (f"; the largest that fits is {fit}" if fit else "")
     if fit and length and length > fit:
         asked = "" if f.max_model_len else " (the model's full context, as no flag set it)"
@@ -380,7 +377,7 @@ def _no_kv(f: Facts, s: Sizing | None) -> str | None:
     avail = s.kv_cache_available_gib if s else f.kv_cache_available_gib
     blocks = f.gpu_blocks if f.gpu_blocks is not None else _extra(s, "num_gpu_blocks")
     if (avail is not None and avail <= 0) or blocks == 0:
-        return (f"no KV memory at all ({_gib(avail or 0.0)} available, {blocks or 0} blocks): "
+        return (f"no KV memory at all ({gib(avail or 0.0)} available, {blocks or 0} blocks): "
                 "the budget is gone before the KV cache, so a shorter context cannot help")
     return None
 
@@ -478,7 +475,7 @@ def _activation(f: Facts, s: Sizing | None) -> str | None:
     if act is None or not budget or not (act >= 0.1 * budget or act >= 4):
         return None
     mnbt = f.max_num_batched_tokens
-    return (f"activation peak {_gib(act)} ({act / budget:.0%} of the {_gib(budget)} budget"
+    return (f"activation peak {gib(act)} ({act / budget:.0%} of the {gib(budget)} budget"
             + (f", max_num_batched_tokens {mnbt})" if mnbt else ")"))
 
 
@@ -512,7 +509,7 @@ def _multimodal(f: Facts, s: Sizing | None) -> str | None:
 def _in_capture(f: Facts, s: Sizing | None) -> str | None:
     if f.phase != "cuda-graph":
         return None
-    graphs = f" (graphs took {_gib(f.cuda_graph_gib)})" if f.cuda_graph_gib else ""
+    graphs = f" (graphs took {gib(f.cuda_graph_gib)})" if f.cuda_graph_gib else ""
     return f"it failed while capturing CUDA graphs{graphs}"
 
 
@@ -522,8 +519,8 @@ def _graphs(f: Facts, s: Sizing | None) -> str | None:
     if graphs is None:
         return None
     if graphs >= 1.0 or (headroom is not None and graphs >= float(headroom) * 0.5):
-        left = f" against {_gib(float(headroom))} left outside the budget" if headroom else ""
-        return f"CUDA graphs take {_gib(graphs)}{left}"
+        left = f" against {gib(float(headroom))} left outside the budget" if headroom else ""
+        return f"CUDA graphs take {gib(graphs)}{left}"
     return None
 
 
@@ -562,7 +559,7 @@ def _foreign_holds(f: Facts, s: Sizing | None) -> str | None:
     foreign = _foreign(f, s)
     if foreign is not None and foreign > FOREIGN_MIN_GIB:
         who = foreign_processes_h(f)
-        return (f"other processes hold {_gib(foreign)}" + (f" ({who})" if who else "")
+        return (f"other processes hold {gib(foreign)}" + (f" ({who})" if who else "")
                 + ": raising utilization cannot use memory they hold")
     failed = _free_check(f, s)
     return f"{failed}: raising utilization makes the start-up check fail harder" if failed else None
@@ -574,8 +571,8 @@ def _weights_over_safe(f: Facts, s: Sizing | None) -> str | None:
     if w is None or not total or w <= total * 0.95:
         return None
     est = ", estimated" if f.weights_gib is None else ""
-    return (f"weights alone ({_gib(w)}{est}) exceed 0.95 x {_gib(total)} = "
-            f"{_gib(total * 0.95)}: no safe utilization leaves room for the KV cache")
+    return (f"weights alone ({gib(w)}{est}) exceed 0.95 x {gib(total)} = "
+            f"{gib(total * 0.95)}: no safe utilization leaves room for the KV cache")
 
 
 @condition("utilization_at_safe_max")
@@ -608,8 +605,8 @@ def _util_cannot_fit(f: Facts, s: Sizing | None) -> str | None:
     gain = max(0.0, 0.95 - cur) * (total or LARGEST_GPU_GIB)
     if needed - avail > gain:
         on = "" if total else f" even on a {LARGEST_GPU_GIB:.0f} GiB GPU"
-        return (f"one request needs {_gib(needed - avail)} more KV cache; raising utilization "
-                f"from {cur:g} to 0.95 adds at most {_gib(gain)}{on}")
+        return (f"one request needs {gib(needed - avail)} more KV cache; raising utilization "
+                f"from {cur:g} to 0.95 adds at most {gib(gain)}{on}")
     return None
 
 
@@ -656,7 +653,7 @@ def _nothing_fits(f: Facts, s: Sizing | None) -> str | None:
     avail = s.kv_cache_available_gib if s else f.kv_cache_available_gib
     blocks = f.gpu_blocks if f.gpu_blocks is not None else _extra(s, "num_gpu_blocks")
     if (avail is not None and avail <= 0) or blocks == 0:
-        return (f"no KV memory at all ({_gib(avail or 0.0)} available, {blocks or 0} blocks): "
+        return (f"no KV memory at all ({gib(avail or 0.0)} available, {blocks or 0} blocks): "
                 "a shorter max-model-len cannot help")
     return None
 

@@ -33,6 +33,7 @@ from bot.schema import (
     to_data,
 )
 from bot.sizing.budget import (
+    DEFAULT_UTIL,
     SAFE_MAX_UTIL,
     SAFE_MIN_UTIL,
     compute_sizing,
@@ -48,7 +49,6 @@ CORROBORATION = 0.03  # per further support that holds
 IMPLAUSIBLE = ("non_torch_implausible", "profile_implausible")
 QUOTE_CHARS = 160
 DEFAULT_ENGINE = "vllm"
-DEFAULT_UTILIZATION = 0.9  # vLLM's gpu_memory_utilization default (SGLang's is similar)
 
 
 @dataclass(slots=True, kw_only=True)
@@ -423,7 +423,7 @@ def withhold_reason(fx: FixTemplate, fix: Fix, facts: Facts, sizing: Sizing | No
             current = facts.gpu_memory_utilization if flag == _UTIL_FLAGS[0] else (
                 facts.mem_fraction_static)
             # unknown: the engine's default, so lowering to fit free memory is not a raise
-            if value > (current if current is not None else DEFAULT_UTILIZATION):
+            if value > (current if current is not None else DEFAULT_UTIL):
                 names += _RAISE_GUARDS
         if flag == "--tensor-parallel-size" and isinstance(value, int) and value > (
                 facts.tensor_parallel_size or 1):

@@ -17,6 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from bot.fmt import clip
 from bot.render.text import cause_lines, headline, numbers, render
 from bot.schema import Diagnosis
 
@@ -52,10 +53,6 @@ class Reply(BaseModel):
 
 def esc(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
-def clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def code(text: str, limit: int = SECTION_MAX) -> str:

@@ -13,6 +13,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from bot.fmt import clip
+
 Status = Literal["open", "resolved"]
 
 
@@ -161,11 +163,6 @@ def _when(value: datetime | None) -> str:
     return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC") if value else "?"
 
 
-def _clip(text: str, width: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
 def format_history_text(rows: list[HistoryRow]) -> str:
     """Newest first, two lines per incident: what and where, then the excerpt's first line."""
     if not rows:
@@ -181,7 +178,7 @@ def format_history_text(rows: list[HistoryRow]) -> str:
         )
         first = next((ln for ln in r.excerpt.splitlines() if ln.strip()), "")
         if first:
-            out.append(f"    {_clip(first, 120)}")
+            out.append("    " + clip(" ".join(first.split()), 120))
     return "\n".join(out)
 
 
