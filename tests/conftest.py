@@ -13,6 +13,10 @@ from pathlib import Path
 
 import pytest
 
+# The suite leaves no bytecode in the tree: `python -B` covers this process, the variable the
+# CLIs and servers the tests start.
+os.environ["PYTHONDONTWRITEBYTECODE"] = "1"
+
 SERVICE_MARKERS = ("postgres", "sshd", "slack")
 
 

@@ -109,6 +109,7 @@ HOSTILE = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(HOSTILE))
 def test_hostile_pastes_on_stdin_get_an_answer(name: str) -> None:
     r = cli("diagnose", "-", "--no-store", "--json", stdin=HOSTILE[name])
@@ -176,6 +177,7 @@ def test_one_10mb_line_with_the_error_inside(tmp_path: Path) -> None:
     assert "very long line" in (d["input"]["note"] or "")
 
 
+@pytest.mark.slow
 def test_secrets_never_reach_the_output(tmp_path: Path) -> None:
     token = "hf_" + "a1B2c3D4e5" * 4
     key = "sk-proj-" + "Z9y8X7w6V5" * 4

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "vllm-max-model-len.log"
 
@@ -20,6 +22,7 @@ def run(tmp: Path, *args: str, db: str | None = None) -> subprocess.CompletedPro
                           text=True, env=env, timeout=120, check=False)
 
 
+@pytest.mark.slow
 def test_repeat_incident_is_counted_and_the_fix_remembered(tmp_path: Path) -> None:
     first = run(tmp_path, "diagnose", str(EXAMPLE), "--host", "gpu-07")
     assert first.returncode == 0
@@ -36,6 +39,7 @@ def test_repeat_incident_is_counted_and_the_fix_remembered(tmp_path: Path) -> No
     assert [r["incident_id"] for r in hist] == [2, 1]
 
 
+@pytest.mark.slow
 def test_json_carries_the_incident_id(tmp_path: Path) -> None:
     out = json.loads(run(tmp_path, "diagnose", str(EXAMPLE), "--json").stdout)
     assert out["incident_id"] == 1
@@ -43,6 +47,7 @@ def test_json_carries_the_incident_id(tmp_path: Path) -> None:
     assert out["incident_id"] is None
 
 
+@pytest.mark.slow
 def test_database_outage_still_answers_and_spools(tmp_path: Path) -> None:
     down = "postgresql+psycopg://nobody@127.0.0.1:9/none?connect_timeout=2"
     r = run(tmp_path, "diagnose", str(EXAMPLE), db=down)
@@ -57,6 +62,7 @@ def test_database_outage_still_answers_and_spools(tmp_path: Path) -> None:
     assert not list((tmp_path / "spool").glob("*.json"))
 
 
+@pytest.mark.slow
 def test_history_bad_usage_is_one_line(tmp_path: Path) -> None:
     r = run(tmp_path, "history", "--since", "bogus")
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1

@@ -43,11 +43,12 @@ def test_a_validation_error_never_echoes_its_input() -> None:
 
 
 def test_a_web_api_error_is_its_code() -> None:
-    exc = SlackApiError("The request to the Slack API failed.", {"ok": False,
-                                                                 "error": "invalid_auth"})
+    exc = SlackApiError(  # type: ignore[no-untyped-call]
+        "The request to the Slack API failed.", {"ok": False, "error": "invalid_auth"})
     assert one_line(exc) == "invalid_auth"
 
 
+@pytest.mark.slow
 def test_the_cli_says_a_database_outage_without_its_password(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HOME": str(tmp_path),
            "INFERBOT_DATABASE_URL": f"postgresql://bot:{SECRET}@127.0.0.1:9/none"}

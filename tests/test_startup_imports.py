@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 HEAVY = ("slack_bolt", "slack_sdk", "paramiko", "sqlalchemy", "matplotlib", "pydantic",
          "pydantic_settings", "yaml", "alembic", "psycopg", "pynvml")
@@ -25,6 +27,7 @@ print(" ".join(sorted({m.split(".")[0] for m in sys.modules})))
 """
 
 
+@pytest.mark.slow
 def test_a_cached_diagnose_imports_nothing_heavy() -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     example = str(ROOT / "examples" / "vllm-max-model-len.log")

@@ -63,27 +63,37 @@ def supported_causes(kb: KB, text: str) -> list[str]:
     return [c.id for c in diagnose(Evidence(text=text), kb).causes if c.supported]
 
 
+def example_ids(kb: KB) -> list[tuple[str, str, int]]:
+    """(owner, "match" | "near_miss", index) of every example in the KB, in a stable order."""
+    return [(owner, kind, i) for owner, exset in sorted(kb.examples.items())
+            for kind, items in (("match", exset.match), ("near_miss", exset.near_miss))
+            for i in range(len(items))]
+
+
+def check_example(kb: KB, compiled: CompiledKB, owner: str, kind: str, index: int
+                  ) -> ExampleResult:
+    """One example's verdict: a match must give its problem (top, when it says so) or have
+    its cause supported; a near-miss must not."""
+    exset = kb.examples[owner]
+    ex = (exset.match if kind == "match" else exset.near_miss)[index]
+    if exset.cause:
+        got = supported_causes(kb, ex.text)
+        ok = (owner in got) == (kind == "match")
+    else:
+        got = [p.id for p in scan_text(compiled, ex.text).problems()]
+        if kind == "match":
+            ok = (got[:1] == [owner]) if ex.expect == "top" else owner in got
+        else:
+            ok = owner not in got
+    path = kb.example_docs[owner]
+    return ExampleResult(owner, kind, index, ex.source, ok, got, path,
+                         load(Path(path)).line_of((kind, index)))
+
+
 def run_examples(kb: KB) -> list[ExampleResult]:
     compiled = CompiledKB(kb)
-    results: list[ExampleResult] = []
-    for owner, exset in sorted(kb.examples.items()):
-        path = kb.example_docs[owner]
-        doc = load(Path(path))
-        for kind, items in (("match", exset.match), ("near_miss", exset.near_miss)):
-            for i, ex in enumerate(items):
-                if exset.cause:
-                    got = supported_causes(kb, ex.text)
-                    ok = (owner in got) == (kind == "match")
-                else:
-                    matcher = scan_text(compiled, ex.text)
-                    got = [p.id for p in matcher.problems()]
-                    if kind == "match":
-                        ok = (got[:1] == [owner]) if ex.expect == "top" else owner in got
-                    else:
-                        ok = owner not in got
-                results.append(ExampleResult(owner, kind, i, ex.source, ok, got, path,
-                                             doc.line_of((kind, i))))
-    return results
+    return [check_example(kb, compiled, owner, kind, i)
+            for owner, kind, i in example_ids(kb)]
 
 
 def coverage_errors(kb: KB, min_match: int = 3, min_near: int = 2) -> list[KBError]:

@@ -13,6 +13,7 @@ from tests.collect.conftest import Sshd
 pytestmark = pytest.mark.sshd
 
 
+@pytest.mark.slow
 def test_check_reports_each_host_and_audits_every_command(
         sshd: Sshd, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     inv = sshd.inventory(tmp_path, {"gpu-01": {"scenario": "mig"}})
@@ -50,6 +51,7 @@ def test_check_without_inventory_is_a_usage_error(
     assert capsys.readouterr().err.startswith("inferbot: no inventory at ")
 
 
+@pytest.mark.slow
 def test_chat_check_respects_the_hosts_channels(sshd: Sshd, tmp_path: Path) -> None:
     from bot.collect import check
     from bot.collect.inventory import HostRefused

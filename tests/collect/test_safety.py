@@ -161,6 +161,7 @@ def test_exit_status_survives_the_pipe_and_the_cap() -> None:
     assert r.truncated and len(r.output) == 1000
 
 
+@pytest.mark.slow
 def test_remote_timeout_kills_the_command() -> None:
     t0 = time.monotonic()
     r = _run1(catalog.Command("t", ("sleep", "30"), timeout_s=1))
@@ -233,6 +234,7 @@ def test_a_batch_keeps_each_commands_output_status_and_bounds() -> None:
     assert (c.rc, c.output) == (0, "inferbot-0123:0:9\ndone\n")  # not the batch's token
 
 
+@pytest.mark.slow
 def test_a_batch_cut_by_the_deadline_says_what_did_not_run() -> None:
     cmds = [catalog.Command("slow", ("sleep", "5")), catalog.Command("next", ("true",))]
     t0 = time.monotonic()

@@ -76,6 +76,7 @@ def test_driver_failure(sshd: Sshd, tmp_path: Path) -> None:
     assert "Found no NVIDIA driver" in snap.logs
 
 
+@pytest.mark.slow
 def test_mig_host(sshd: Sshd, tmp_path: Path) -> None:
     snap = _one(sshd, tmp_path, "mig")
     facts = snap.facts()
@@ -92,6 +93,7 @@ def test_mig_host(sshd: Sshd, tmp_path: Path) -> None:
 
 # -- failures: each one line, within its deadline ---------------------------------------------
 
+@pytest.mark.slow
 def test_hanging_command_costs_only_the_deadline(sshd: Sshd, tmp_path: Path) -> None:
     t0 = time.monotonic()
     snap = _one(sshd, tmp_path, "hang", deadline_s=3)
@@ -101,6 +103,7 @@ def test_hanging_command_costs_only_the_deadline(sshd: Sshd, tmp_path: Path) -> 
     assert any("not run, the host's deadline was reached" in u for u in snap.unread)
 
 
+@pytest.mark.slow
 def test_fifty_megabytes_are_capped(sshd: Sshd, tmp_path: Path) -> None:
     t0 = time.monotonic()
     snap = _one(sshd, tmp_path, "spew")
@@ -146,6 +149,7 @@ def test_connection_refused(sshd: Sshd, tmp_path: Path) -> None:
     assert snap.error == f"connection refused by [127.0.0.1]:{port}"
 
 
+@pytest.mark.slow
 def test_dead_host_does_not_hold_up_the_others(sshd: Sshd, tmp_path: Path) -> None:
     """A host that accepts TCP and never speaks costs its own deadline; the rest finish."""
     silent = socket.socket()
@@ -167,6 +171,7 @@ def test_dead_host_does_not_hold_up_the_others(sshd: Sshd, tmp_path: Path) -> No
     assert live.error is None and live.facts().gpu_name == "NVIDIA H200"
 
 
+@pytest.mark.slow
 def test_jump_host(sshd: Sshd, tmp_path: Path) -> None:
     """ProxyJump: the target is reached through a direct-tcpip channel of the jump host."""
     inv = sshd.inventory(tmp_path, {"bastion": {"scenario": "healthy"},
@@ -210,12 +215,14 @@ def test_kv_failure_is_diagnosed_as_foreign_process(sshd: Sshd, tmp_path: Path) 
                for w in d.withheld_fixes), d.withheld_fixes
 
 
+@pytest.mark.slow
 def test_driver_failure_is_diagnosed(sshd: Sshd, tmp_path: Path) -> None:
     snap = _one(sshd, tmp_path, "driver", logs={"source": "systemd", "unit": "vllm.service"})
     d = _diagnose(snap)
     assert d.problems and d.problems[0].id == "nvidia-driver-failure"
 
 
+@pytest.mark.slow
 def test_healthy_host_has_no_memory_problem(sshd: Sshd, tmp_path: Path) -> None:
     d = _diagnose(_one(sshd, tmp_path, "healthy"))
     assert not [p for p in d.problems if p.id.startswith(("kv-cache-no", "oom", "free-memory",

@@ -56,6 +56,7 @@ def test_bytes_input_and_progress_bar_rewrites() -> None:
     assert extract_facts(raw).weights_gib == 14.99
 
 
+@pytest.mark.slow
 def test_ten_megabyte_line_with_an_error_in_the_middle() -> None:
     # Noise full of other extractors' anchors, so the window must be per extractor.
     noise = "x --flag GPU MiB Qwen " * (5 * 1024 * 1024 // 22)

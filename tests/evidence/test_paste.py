@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from bot.evidence import extract_facts
 from bot.evidence.paste import split_prefix, unwrap
 
@@ -112,6 +114,7 @@ def test_nested_prefixes_are_split_and_kept_on_the_first_line() -> None:
     assert prefix == line[:-len("boom")]
 
 
+@pytest.mark.slow
 def test_pathological_input_stays_linear() -> None:
     shapes = ["x\n" * 500_000, ("a" * 99 + "\n") * 10_000, "a" * 1_000_000,
               ("(Worker pid=1) " + "b " * 60 + "\n") * 5_000]

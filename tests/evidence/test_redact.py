@@ -95,6 +95,7 @@ def test_facts_never_contain_a_secret() -> None:
         assert secret not in dumped
 
 
+@pytest.mark.slow
 def test_large_text_is_fast() -> None:
     line = ("(APIServer pid=1) INFO 08-01 [loggers.py:1] Engine 000: Avg prompt throughput: 1.0 "
             "tokens/s, Running: 1 reqs, Waiting: 0 reqs, GPU KV cache usage: 3.1%, KEY=None\n")

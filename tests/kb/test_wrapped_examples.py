@@ -54,11 +54,17 @@ def quoted(text: str) -> str:
 
 
 WIDTHS = (60, 73, 80, 100, 120, 133, 160, 200)
+
+
+def _at(width: int, how: Callable[[str, int], str]) -> Callable[[str], str]:
+    return lambda text: how(text, width)
+
+
 TRANSFORMS: dict[str, Callable[[str], str]] = {
-    **{f"cut{w}": (lambda t, w=w: cut(t, w)) for w in WIDTHS},
-    **{f"cut{w}-then-prefixed": (lambda t, w=w: cut(t, w, PREFIX)) for w in WIDTHS},
-    **{f"prefixed-then-cut{w}": (lambda t, w=w: cut(prefixed(t), w)) for w in WIDTHS},
-    **{f"cut{w}-quoted": (lambda t, w=w: quoted(cut(t, w))) for w in (60, 100, 160)},
+    **{f"cut{w}": _at(w, cut) for w in WIDTHS},
+    **{f"cut{w}-then-prefixed": _at(w, lambda t, n: cut(t, n, PREFIX)) for w in WIDTHS},
+    **{f"prefixed-then-cut{w}": _at(w, lambda t, n: cut(prefixed(t), n)) for w in WIDTHS},
+    **{f"cut{w}-quoted": _at(w, lambda t, n: quoted(cut(t, n))) for w in (60, 100, 160)},
     "compose-prefix": lambda t: "\n".join("vllm-1  | " + x for x in t.splitlines()),
     "ci-viewer": lambda t: "\n".join("  | [2026-08-30T12:56:32Z] " + x for x in t.splitlines()),
 }

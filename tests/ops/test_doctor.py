@@ -50,6 +50,7 @@ def fails(findings: list[Finding]) -> list[str]:
     return [f.message for f in findings if f.level == "fail"]
 
 
+@pytest.mark.slow
 def test_a_broken_configuration_gets_one_finding_per_broken_setting(
         fake: FakeSlack, tmp_path: Path) -> None:
     env = serve_env(
@@ -81,6 +82,7 @@ def test_a_broken_configuration_gets_one_finding_per_broken_setting(
     assert done.stdout.strip().endswith("7 problem(s) to fix")
 
 
+@pytest.mark.slow
 def test_a_sound_configuration_passes(fake: FakeSlack, tmp_path: Path) -> None:
     db = tmp_path / "db.sqlite"
     env = serve_env(fake, tmp_path, SLACK_APP_TOKEN=APP_TOKEN,
@@ -106,6 +108,7 @@ def test_tokens_by_mode() -> None:
     assert len(fails(check_tokens(swapped, http=False))) == 2
 
 
+@pytest.mark.slow
 def test_unreachable_slack_is_a_warning_not_a_failure() -> None:
     s = Settings(INFERBOT_BOT_TOKEN=BOT_TOKEN, slack_api_url="http://127.0.0.1:9/api/")
     [finding] = check_slack(s, timeout_s=2)
@@ -132,6 +135,7 @@ def test_a_jump_host_needs_a_key_too(tmp_path: Path) -> None:
     assert len(messages) == 2 and any("jump host of gpu-01" in m for m in messages)
 
 
+@pytest.mark.slow
 def test_the_shipped_kb_is_sound(tmp_path: Path) -> None:
     assert not failed(check_kb(Settings()))
     [bad] = check_kb(Settings(kb_path=str(broken_kb(tmp_path))))

@@ -37,6 +37,7 @@ def test_metrics_exposition_format() -> None:
     assert "inferbot_ssh_errors_total 0" in text  # unlabelled counters start at 0
 
 
+@pytest.mark.slow
 def test_slack_api_errors_are_counted_by_method_and_error(fake: FakeSlack,
                                                           tmp_path: Path) -> None:
     client = web_client(make_settings(fake, tmp_path))

@@ -42,6 +42,7 @@ def replicas(fake: FakeSlack, tmp_path: Path, pg_url: str) -> Iterator[list[Endp
         yield [stack.enter_context(serve_process(env, fake))[0] for _ in range(2)]
 
 
+@pytest.mark.slow
 def test_the_same_event_on_two_replicas_gets_one_reply_and_both_count_it(
         replicas: list[Endpoint], fake: FakeSlack) -> None:
     event = mention(f"```{VLLM_ERROR}```")

@@ -73,6 +73,7 @@ def test_doctor_flags_a_missing_file_and_misspelt_names(tmp_path: Path,
 @pytest.mark.parametrize("argv", [["history"], ["db", "upgrade"], ["serve", "--http"]])
 def test_an_invalid_variable_is_one_line_naming_it(argv: list[str], tmp_path: Path) -> None:
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "INFERBOT_WORKERS": "lots",
+           "PYTHONDONTWRITEBYTECODE": "1",
            "SLACK_BOT_TOKEN": "xoxb-secret-never-shown", "INFERBOT_MAX_FILE_BYTES": "12"}
     done = subprocess.run([sys.executable, "-m", "bot.cli", *argv], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=60)

@@ -73,6 +73,7 @@ def test_chart_from_size_report() -> None:
     assert data.total_gib == r.deployment.gpu_memory_gib
 
 
+@pytest.mark.slow
 def test_png_is_written_and_opens(diagnosis: Diagnosis, tmp_path: Path) -> None:
     from matplotlib import image
 

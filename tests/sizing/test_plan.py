@@ -1,12 +1,13 @@
 """The planner: causes ranked by the host's numbers, fixes computed, impossible ones withheld.
 
-Runs on a small KB of its own (tests/sizing/data/kb) so it does not depend on the shipped
-knowledge/ entries, which another engineer owns.
+Runs on a small KB of its own (tests/sizing/data/kb), so what it asserts does not move when
+the shipped knowledge/ entries change.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -213,8 +214,9 @@ def test_tp_fix_names_this_host_only_when_it_shows_the_gpus() -> None:
 
     shipped = load_kb(use_cache=False)
     oom = [ProblemMatch(id="oom-loading-weights", title="OOM", confidence=0.9)]
-    base = dict(engine="vllm", model="meta-llama/Llama-3.1-70B-Instruct",
-                gpu_name="NVIDIA A100-SXM4-80GB", gpu_total_gib=79.15, max_model_len=8192)
+    base: dict[str, Any] = dict(engine="vllm", model="meta-llama/Llama-3.1-70B-Instruct",
+                                gpu_name="NVIDIA A100-SXM4-80GB", gpu_total_gib=79.15,
+                                max_model_len=8192)
     def tp_fixes(p: Plan) -> list[Fix]:
         return [f for f in p.fixes if "--tensor-parallel-size" in f.flags]
 

@@ -26,6 +26,7 @@ def inventory(sshd: Sshd, tmp_path: Path,  # noqa: F811
     monkeypatch.setenv("INFERBOT_INVENTORY", str(tmp_path / "hosts.yaml"))
 
 
+@pytest.mark.slow
 def test_authorized_collect_click_diagnoses_the_host_in_the_thread(
         inventory: None, endpoint: Endpoint, fake: FakeSlack, settings: Settings) -> None:
     body: dict[str, Any] = copy.deepcopy(load("block_actions_button.json"))

@@ -91,6 +91,7 @@ def test_url_verification(endpoint: Endpoint) -> None:
     assert json.loads(body) == {"challenge": load("url_verification.json")["challenge"]}
 
 
+@pytest.mark.slow
 def test_bad_signature_and_stale_timestamp_are_401_and_nothing_is_posted(
         endpoint: Endpoint, fake: FakeSlack) -> None:
     payload = mention("help")
@@ -154,6 +155,7 @@ def test_a_sign_in_page_is_not_diagnosed(fake: FakeSlack, tmp_path: Path) -> Non
         assert "sign-in page" in all_text(answer)
 
 
+@pytest.mark.slow
 def test_a_retry_and_a_double_delivery_get_exactly_one_reply(endpoint: Endpoint,
                                                              fake: FakeSlack) -> None:
     first = mention("help")
@@ -167,6 +169,7 @@ def test_a_retry_and_a_double_delivery_get_exactly_one_reply(endpoint: Endpoint,
     assert len(fake.posts()) == 1
 
 
+@pytest.mark.slow
 def test_dedup_holds_across_replicas(fake: FakeSlack, settings: Settings) -> None:
     """Two endpoints on one database: the retry lands on the other replica, no second reply."""
     with serving(settings, fake) as one, serving(settings, fake) as two:
@@ -177,6 +180,7 @@ def test_dedup_holds_across_replicas(fake: FakeSlack, settings: Settings) -> Non
         assert len(fake.posts()) == 1
 
 
+@pytest.mark.slow
 def test_429_is_retried_after_retry_after(endpoint: Endpoint, fake: FakeSlack) -> None:
     fake.fail_next["chat.postMessage"] = 1
     endpoint.event(mention("help"))
@@ -266,6 +270,7 @@ def test_unauthorized_collect_click_is_refused(fake: FakeSlack, tmp_path: Path) 
         assert fake.posts() == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("value", ["-oProxyCommand=id", "a b", "x" * 300])
 def test_a_forged_collect_value_is_refused_before_anything_runs(
         endpoint: Endpoint, fake: FakeSlack, value: str) -> None:
@@ -274,6 +279,7 @@ def test_a_forged_collect_value_is_refused_before_anything_runs(
     assert [c.method for c in fake.recorder.calls if c.method != "auth.test"] == []
 
 
+@pytest.mark.slow
 def test_this_fixed_it_records_the_stored_fix(endpoint: Endpoint, fake: FakeSlack) -> None:
     endpoint.event(mention(f"```{VLLM_ERROR}```", ts=THREAD))
     answer = blocks_of(final_answer(fake))
@@ -338,6 +344,7 @@ def test_app_home_lists_incidents_and_kb_version(endpoint: Endpoint, fake: FakeS
     assert "max-model-len" in text
 
 
+@pytest.mark.slow
 def test_secrets_are_not_posted_and_payloads_not_logged(endpoint: Endpoint, fake: FakeSlack,
                                                         caplog: pytest.LogCaptureFixture
                                                         ) -> None:
@@ -380,6 +387,7 @@ def test_resolve_in_the_thread_records_the_fix(endpoint: Endpoint, fake: FakeSla
     assert "resolved" in history and "fixed by: --max-model-len 32768" in history
 
 
+@pytest.mark.slow
 def test_a_direct_message_needs_no_mention_and_bot_messages_are_ignored(
         endpoint: Endpoint, fake: FakeSlack) -> None:
     dm = mention("help", kind="message", event_id="Ev0DM")

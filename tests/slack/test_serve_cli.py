@@ -21,6 +21,7 @@ def served(fake: FakeSlack, tmp_path: Path) -> Iterator[tuple[Endpoint, subproce
         yield running
 
 
+@pytest.mark.slow
 def test_serve_http_verifies_signatures(served: tuple[Endpoint, subprocess.Popen[str]],
                                         fake: FakeSlack) -> None:
     endpoint, _ = served
@@ -29,6 +30,7 @@ def test_serve_http_verifies_signatures(served: tuple[Endpoint, subprocess.Popen
     assert fake.recorder.of("auth.test")[0].auth == f"Bearer {BOT_TOKEN}"
 
 
+@pytest.mark.slow
 def test_serve_http_without_the_signing_secret_is_a_usage_error(fake: FakeSlack,
                                                                 tmp_path: Path) -> None:
     e = serve_env(fake, tmp_path)
@@ -40,6 +42,7 @@ def test_serve_http_without_the_signing_secret_is_a_usage_error(fake: FakeSlack,
                                    "SLACK_SIGNING_SECRET)")
 
 
+@pytest.mark.slow
 def test_serve_when_slack_cannot_be_reached_fails_in_one_line(fake: FakeSlack,
                                                               tmp_path: Path) -> None:
     e = serve_env(fake, tmp_path, INFERBOT_SLACK_API_URL="http://127.0.0.1:9/api/")

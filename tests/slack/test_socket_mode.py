@@ -17,6 +17,7 @@ from tests.slack.fakes import APP_TOKEN, FakeSlack, FakeSocketMode, load
 pytestmark = pytest.mark.slack
 
 
+@pytest.mark.slow
 def test_a_mention_over_socket_mode_is_acked_and_answered_once(fake: FakeSlack,
                                                           settings: Settings) -> None:
     ws = FakeSocketMode()

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
@@ -75,6 +76,7 @@ def test_first_use_creates_the_schema(settings: Settings) -> None:
         assert current_revision(conn) == HEAD
 
 
+@pytest.mark.slow
 def test_concurrent_first_use_migrates_once(settings: Settings) -> None:
     """Four processes open an empty database at the same moment: all succeed."""
     code = (
@@ -103,6 +105,7 @@ def test_concurrent_first_use_migrates_once(settings: Settings) -> None:
     assert _diff(settings.database_url) == []
 
 
+@pytest.mark.slow
 def test_alembic_command_line_uses_the_settings_url(db_url: str) -> None:
     """Developers run plain `alembic` from the repository root; INFERBOT_DATABASE_URL is used."""
     env = {**os.environ, "INFERBOT_DATABASE_URL": db_url, "PYTHONPATH": str(ROOT)}

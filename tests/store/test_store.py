@@ -274,6 +274,7 @@ def test_resolve_unknown_incident(settings: Settings) -> None:
         resolve("banana", fix="x", settings=settings)
 
 
+@pytest.mark.slow
 def test_feedback(settings: Settings) -> None:
     r = record(make_diagnosis(), source="slack", host="gpu-1", settings=settings)
     assert r.incident_id is not None
