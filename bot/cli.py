@@ -388,7 +388,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("size", help="KV cache, throughput and users for MODEL on GPU",
                        formatter_class=argparse.RawDescriptionHelpFormatter,
-                       description="The seed's three calculators: KV cache memory, a roofline "
+                       description="Three calculators: KV cache memory, a roofline "
                                    "throughput estimate and concurrent users per GPU.",
                        epilog="examples:\n  inferbot size llama-3.1-8b --gpu H100\n"
                               "  inferbot size Qwen/Qwen3-32B --gpu A100-80GB --gpus 2 --tp 2 "

@@ -329,7 +329,7 @@ class Guide(Strict):
 
 @dataclass(slots=True, kw_only=True)
 class Diagnosis(Strict):
-    """The core's answer. `to_json(diagnosis)` is the JSON contract (design.md)."""
+    """The core's answer. `to_json(diagnosis)` is the JSON contract."""
 
     kb_version: str
     kb_hash: str = ""

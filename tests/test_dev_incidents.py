@@ -1,4 +1,4 @@
-"""Every real incident excerpt gives the problem its label corresponds to (shared/README.md).
+"""Every real incident excerpt gives the problem its label corresponds to.
 
 Labels are research labels; the mapping to KB ids is fixed here. "Whatever fits" labels
 (unsupported config, quantization, other) still must never produce a KV-cache diagnosis the

@@ -1,8 +1,9 @@
 """vLLM's own log lines: version, engine generation, model, and every memory figure it prints.
 
-Formats follow shared/reference/vllm-memory.md section 4 and vllm-messages.md, across V0 and V1
-and their wording changes ("models's"/"model's", "%.2f" vs format_gib's "22.5", comma-grouped
-token counts). Figures are stored as printed; nothing is recomputed here.
+Formats follow the lines vLLM itself prints (gpu_worker.py, model_runner.py, kv_cache_utils.py
+and their V0 counterparts), across V0 and V1 and their wording changes ("models's"/"model's",
+"%.2f" vs format_gib's "22.5", comma-grouped token counts). Figures are stored as printed;
+nothing is recomputed here.
 """
 
 from __future__ import annotations

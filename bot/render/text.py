@@ -1,4 +1,4 @@
-"""Diagnosis -> terminal text, in the seed's order: short answer, proof, numbers, fixes, checks.
+"""Diagnosis -> terminal text, in reading order: short answer, proof, numbers, fixes, checks.
 
 The same `numbers()` lines feed the Slack renderer, so the arithmetic reads the same in the
 terminal and in the thread.

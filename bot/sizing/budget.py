@@ -32,7 +32,7 @@ from bot.sizing.catalog import (
 )
 from bot.sizing.kv import DEFAULT_BLOCK, KvLayout, cdiv, head_size, kv_heads_per_rank
 
-SAFE_MIN_UTIL = 0.90  # the seed's safe range for a dedicated GPU
+SAFE_MIN_UTIL = 0.90  # the safe range for a GPU the server has to itself
 SAFE_MAX_UTIL = 0.95
 DEFAULT_UTIL = 0.9  # CacheConfig.gpu_memory_utilization
 LOG_PRINT_WINDOW_GIB = 0.005  # a value printed as X.XX GiB

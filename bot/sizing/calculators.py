@@ -1,4 +1,4 @@
-"""`inferbot size`: the seed's three calculators in one answer, before any hardware is bought.
+"""`inferbot size`: three calculators in one answer, before any hardware is bought.
 
 1. KV cache memory: per sequence, per batch, and how many sequences fit (the same arithmetic
    as a diagnosis: `bot.sizing.budget` from the catalogs, so the two never disagree).

@@ -39,7 +39,7 @@ PLANNED_VALUES: dict[str, str] = {
     "gpu_count_h": "GPUs seen on the host",
     "kv_cache_memory_suggested_bytes": "a --kv-cache-memory value that fits",
     "cpu_offload_gb_suggested": "--cpu-offload-gb that frees enough for the KV need",
-    # added with the planner (issue 3); all computed in bot.sizing.budget
+    # the planner's own values, all computed in bot.sizing.budget
     "target_max_model_len": "the max-model-len asked for (flag, else the model's maximum)",
     "utilization_needed": "utilization at which one max-model-len request fits (may be > 0.95)",
     "quantized_max_model_len": "largest --max-model-len once the weights are 4-bit",

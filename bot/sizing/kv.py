@@ -1,7 +1,7 @@
 """KV-cache bytes per token, per block and per request, exactly as vLLM computes them.
 
-Every formula follows shared/reference/vllm-memory.md section 2 (V1 `kv_cache_interface.py` /
-`kv_cache_utils.py`; V0 `CacheEngine.get_cache_block_size`): KV heads, not attention heads,
+Every formula follows vLLM's own code (V1 `kv_cache_interface.py` / `kv_cache_utils.py`; V0
+`CacheEngine.get_cache_block_size`): KV heads, not attention heads,
 divided by TP with a floor of one head per rank; `head_dim` before hidden/heads; one latent
 head and no K/V factor for MLA; only the PP stage's own layers; block-granular needs; and the
 minimum over stages deciding the block count. Getting any of these wrong is off by 2x to 32x,

@@ -306,7 +306,7 @@ def _utilization_values(facts: Facts, s: Sizing) -> dict[str, Any]:
     if need is not None:
         target = min(SAFE_MAX_UTIL, max(SAFE_MIN_UTIL, math.ceil(need * 100 - 1e-9) / 100))
     else:
-        target = SAFE_MAX_UTIL  # the seed's fix when the need is unknown
+        target = SAFE_MAX_UTIL  # the top of the safe range when the need is unknown
     if cur is None or target > cur:
         out["suggested_gpu_memory_utilization"] = target
         avail = s.kv_cache_available_gib

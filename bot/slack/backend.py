@@ -62,7 +62,7 @@ def collect_and_diagnose(host: str, *, channel: str, thread: str, user: str) -> 
 
 
 def size(q: SizeQuery) -> SizeReport:
-    """`size MODEL on GPU ...`: the seed's calculators. ValueError for an unknown model/GPU."""
+    """`size MODEL on GPU ...`: the calculators. ValueError for an unknown model/GPU."""
     from bot.sizing.calculators import size as _size
 
     return _size(q.model, q.gpu, gpus=q.gpus, tp=q.tp, max_model_len=q.max_model_len,

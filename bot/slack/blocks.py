@@ -1,9 +1,10 @@
 """Everything the bot shows in Slack, as Block Kit, within Slack's limits.
 
-Limits (reference/slack.md 3.1): 50 blocks per message (100 in App Home), 3000 characters per
-section text, 150 per header, button `value` 2000, and an undocumented cumulative ceiling of
-about 12k characters of block text (`msg_blocks_too_long`), so replies budget 11k. What does not
-fit goes up as a text file in the thread, and the message says so.
+Limits (Slack's Block Kit and chat.postMessage references): 50 blocks per message (100 in App
+Home), 3000 characters per section text, 150 per header, button `value` 2000, and an
+undocumented cumulative ceiling of about 12k characters of block text (`msg_blocks_too_long`),
+so replies budget 11k. What does not fit goes up as a text file in the thread, and the message
+says so.
 
 Outgoing mrkdwn escapes `&`, `<` and `>`, or a log line with `<pid>` or `a && b` would break the
 formatting or turn into a mention. Fix commands sit in code blocks so they copy cleanly.

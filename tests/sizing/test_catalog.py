@@ -75,7 +75,7 @@ def test_resolve_gpu(name: str, gpu_id: str) -> None:
 
 
 def test_h200_memory_is_what_nvidia_smi_prints() -> None:
-    """shared/fixtures/nvidia-smi (driver 590.48.01): 143771MiB."""
+    """A real nvidia-smi on driver 590.48.01 (tests/evidence/data/nvidia-smi): 143771MiB."""
     assert resolve_gpu("NVIDIA H200").memory_mib == 143771
 
 

@@ -1,8 +1,9 @@
 """KV bytes per token/block and the block arithmetic, against vLLM's own printed figures.
 
-Every expected number comes from shared/reference/vllm-memory.md section 7 (real logs) or
-model_configs.json. A value vLLM printed as X.XX GiB is only good to +-0.005 GiB, so those
-checks assert the logged count lies inside the range our formula gives across that window.
+Every expected number comes from figures real vLLM logs printed, or from the models'
+config.json values in data/model_configs.json. A value vLLM printed as X.XX GiB is only good
+to +-0.005 GiB, so those checks assert the logged count lies inside the range our formula
+gives across that window.
 """
 
 from __future__ import annotations
