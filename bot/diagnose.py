@@ -52,8 +52,9 @@ def diagnose(evidence: Evidence, kb: KB, stream: BinaryIO | None = None) -> Diag
     """Diagnose `evidence`. A file is passed as `stream`: up to MAX_PASTE_BYTES it is read as a
     paste, beyond that it is scanned in bounded chunks; otherwise `evidence.text` is read."""
     sink = FactSink()
-    matcher = Matcher(compiled_kb(kb))
-    source, paste = _input(evidence.text, stream, compiled_kb(kb).vocabulary)
+    compiled = compiled_kb(kb)
+    matcher = Matcher(compiled)
+    source, paste = _input(evidence.text, stream, compiled.vocabulary)
     scanner = Scanner([*(cls() for cls in EXTRACTORS), matcher], large=paste is None)
     stats = scanner.scan(source if paste is None else paste.text, sink)
     if paste is not None:

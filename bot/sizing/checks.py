@@ -372,14 +372,20 @@ def _kv_needed(f: Facts, s: Sizing | None) -> str | None:
     return None
 
 
-@condition("no_kv_memory")
-def _no_kv(f: Facts, s: Sizing | None) -> str | None:
+def _no_kv_at_all(f: Facts, s: Sizing | None) -> str | None:
+    """"no KV memory at all (X available, N blocks)" when not one block fits, else None."""
     avail = s.kv_cache_available_gib if s else f.kv_cache_available_gib
     blocks = f.gpu_blocks if f.gpu_blocks is not None else _extra(s, "num_gpu_blocks")
     if (avail is not None and avail <= 0) or blocks == 0:
-        return (f"no KV memory at all ({gib(avail or 0.0)} available, {blocks or 0} blocks): "
-                "the budget is gone before the KV cache, so a shorter context cannot help")
+        return f"no KV memory at all ({gib(avail or 0.0)} available, {blocks or 0} blocks)"
     return None
+
+
+@condition("no_kv_memory")
+def _no_kv(f: Facts, s: Sizing | None) -> str | None:
+    why = _no_kv_at_all(f, s)
+    return why and (f"{why}: the budget is gone before the KV cache, so a shorter context "
+                    "cannot help")
 
 
 @condition("max_model_len_fits")
@@ -650,12 +656,8 @@ def _already_quantized(f: Facts, s: Sizing | None) -> str | None:
 
 @condition("nothing_fits")
 def _nothing_fits(f: Facts, s: Sizing | None) -> str | None:
-    avail = s.kv_cache_available_gib if s else f.kv_cache_available_gib
-    blocks = f.gpu_blocks if f.gpu_blocks is not None else _extra(s, "num_gpu_blocks")
-    if (avail is not None and avail <= 0) or blocks == 0:
-        return (f"no KV memory at all ({gib(avail or 0.0)} available, {blocks or 0} blocks): "
-                "a shorter max-model-len cannot help")
-    return None
+    why = _no_kv_at_all(f, s)
+    return why and f"{why}: a shorter max-model-len cannot help"
 
 
 @condition("already_eager")
