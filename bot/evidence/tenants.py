@@ -31,6 +31,9 @@ _TRAINERS = ("grpo_trainer", "GRPOTrainer", "ppo_trainer", "PPOTrainer", "accele
 # (verl's actor_rollout_ref is the hybrid engine: the actor and its rollout share the GPUs)
 _TRAINER_VLLM = ("use_vllm", "vllm_gpu_memory_utilization", "vllm_mode", "rollout.name=vllm",
                  "actor_rollout_ref")
+# whole settings only: a path such as `test_vllm_models/` names no trainer
+_TRAINER_VLLM_SETTING = lazy(r"(?<![\w/])(?:use_vllm|vllm_gpu_memory_utilization|vllm_mode|"
+                             r"rollout\.name=vllm|actor_rollout_ref)\b")
 # RL frameworks and the words of their co-located rollout, as people write them ("within the
 # framework of veRL", "the VLLM rollout worker is woken up"): read ignoring case, whole words
 _TRAINER_WORDS = ("verl", "openrlhf", "grpo", "rlhf", "rollout", "sleep mode", "enable_sleep",
@@ -75,7 +78,9 @@ class TenantsExtractor:
             self._engines.add(" ".join(text.split()))
         self._trainer = (self._trainer or any(k in text for k in _TRAINERS)
                          or _TRAINER_SAID.search(text) is not None)
-        self._trainer_vllm = self._trainer_vllm or any(k in text for k in _TRAINER_VLLM)
+        self._trainer_vllm = self._trainer_vllm or (
+            any(k in text for k in _TRAINER_VLLM)
+            and _TRAINER_VLLM_SETTING.search(text) is not None)
         if not self._engine_named:
             lowered = text.lower()
             self._engine_named = any(w in lowered for w in _ENGINE_WORDS)

@@ -16,6 +16,7 @@ by tensor parallel size"); their hits are kept per signature for the planner.
 from __future__ import annotations
 
 import re
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -33,6 +34,12 @@ from bot.schema import ProblemMatch
 KIND_RANK = {"error": 4, "warning": 3, "prose": 2, "info": 1}
 MAX_EVIDENCE = 5
 MAX_DEFERRED = 200  # lines waiting for their phase until the end of the input
+# What an exception or a killed process prints: a paste holding one shows how a traceback
+# ended, so a `cut` signature (a frame whose error line is missing) does not guess it.
+EXCEPTION_MARKS = ("Error:", "Exception:", "error:", "Error(", "Killed", "Segmentation fault")
+# exceptions that only report another process's failure ("See root cause above")
+_WRAPPER = LazyPattern(r"Engine core initialization failed|See root cause above|"
+                       r"Error executing method|(?:failed|dead)[,.]? {0,2}terminating")
 
 
 @dataclass(frozen=True)
@@ -119,7 +126,7 @@ class CompiledKB:
                 self.ctx_by_anchor.setdefault(a, []).append(i)
         self.phase_literals = frozenset(self.phases.literals)
         self.anchors = tuple(dict.fromkeys([*by_anchor, *self.ctx_by_anchor,
-                                            *self.phases.literals]))
+                                            *self.phases.literals, *EXCEPTION_MARKS]))
         # which anchors a line holds, in one call rather than a substring test per anchor
         self.finder = AhoCorasick(list(self.anchors))
         self._vocabulary: frozenset[str] | None = None
@@ -157,6 +164,10 @@ class Matcher:
         self._owner = compiled.by_id
         self.phase = PhaseTracker(compiled.phases)
         self._deferred: list[tuple[Line, list[CompiledSignature]]] = []
+        # frames of tracebacks whose error line may be cut, with their phase (the latest kept)
+        self._cut: deque[tuple[Line, list[CompiledSignature], str | None]] = deque(
+            maxlen=MAX_DEFERRED)
+        self._exception_shown = False
         self._explained: set[int] = set()  # lines a specific problem signature matched
         self._at = 0  # where the last signature that applied matched in its line
 
@@ -173,6 +184,9 @@ class Matcher:
             # frames and milestones are the program's lines; a person naming `load_model` in a
             # sentence places nothing
             self.phase.see(text, line.no, present)
+        if (not self._exception_shown and any(m in present for m in EXCEPTION_MARKS)
+                and not _WRAPPER.search(text) and not is_prose(text)):
+            self._exception_shown = True
         for anchor in present:
             for i in comp.ctx_by_anchor.get(anchor, ()):
                 if comp.contexts[i][0].search(text):
@@ -202,6 +216,11 @@ class Matcher:
                 if not prose:
                     continue
             offered.append(cs)
+        cut = [cs for cs in offered if cs.sig.cut]
+        if cut:
+            # decided at the end, once the paste has shown whether an error line follows
+            self._cut.append((line, cut, phase))
+            offered = [cs for cs in offered if not cs.sig.cut]
         if phase is None and any(cs.sig.phases or cs.sig.fallback for cs in offered):
             # The phase may show below the line (an error printed before its traceback) or
             # elsewhere in the paste: the phase-bound and fallback signatures wait for the end.
@@ -279,6 +298,12 @@ class Matcher:
             phase = (self.phase.phase_after(line.text, line.no) or self.phase.any_phase()
                      or self.phase.last_milestone() or self.phase.said_phase())
             self._match(waiting, line, phase)
+        cut, self._cut = list(self._cut), deque(maxlen=MAX_DEFERRED)
+        logged = any(h.best_kind >= KIND_RANK["warning"] for h in self._hits.values())
+        if not (logged or self._exception_shown):
+            # the paste ends inside a traceback: its frames are all there is to read
+            for line, waiting, phase in cut:
+                self._match(waiting, line, phase)
 
     def renumber(self, raw_line: Callable[[int], int]) -> None:
         """Report lines by their number in the input as sent (a paste's logical lines were

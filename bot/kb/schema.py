@@ -109,6 +109,11 @@ class Signature(KBModel):
     context: Context | None = None
     # A fallback hit is dropped when the same line also matched a non-fallback signature.
     fallback: bool = False
+    # A frame of a traceback whose error line is not in the paste (cut by whoever pasted it):
+    # counts only when nothing after it shows how it ended (no exception or error line) and
+    # no problem's error or warning signature matched anywhere. The frame then says what kind
+    # of error it was: only memory errors are raised while the KV cache is being sized.
+    cut: bool = False
     # Phases (knowledge/phases.yaml) the line must be in to count: a CUDA OOM under
     # `load_model` frames is a loading OOM, the same words under `execute_model` a serving one.
     phases: list[str] = field(default_factory=list)
