@@ -94,6 +94,7 @@ def diagnose(evidence: Evidence, kb: KB, stream: BinaryIO | None = None) -> Diag
         guide=_guide(kb, top.id) if top else None,
         input=_input_stats(stats.bytes, stats.lines, stats.binary, stats.long_lines),
         excerpt=_excerpt(problems),
+        notes=result.notes,
     )
 
 

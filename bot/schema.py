@@ -346,6 +346,8 @@ class Diagnosis(Strict):
     guide: Guide | None = None
     input: InputStats = field(default_factory=InputStats)
     excerpt: str = ""  # redacted, bounded: the lines that matter, for storage and display
+    # readings the facts set aside, each with why ("not a shortage: 66 GiB were free")
+    notes: list[str] = field(default_factory=list)
 
     @property
     def matched(self) -> bool:

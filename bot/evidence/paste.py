@@ -129,6 +129,10 @@ def split_prefix(line: str) -> tuple[str, str, str]:
 _PRINTED = lazy(
     r"(?:\s{0,8}(?:Traceback \(|File \"|at [\w$.]{1,200}\(|\^|~~)"
     r"|[A-Za-z_][\w.]{0,80}(?:Error|Exception|Warning)(?::|$)"
+    # an exception behind the remains of a logger's prefix ("start.py:1395 (EngineCore
+    # pid=1713) ValueError: ..."): tokens of code, not words, before it
+    r"|(?:[^\s\d.:()\[\]=/]{0,40}[\d.:()\[\]=/]\S{0,80}\s{1,3}){1,4}"
+    r"(?:[\w.]{0,60}\.)?[A-Z]\w{0,40}(?:Error|Exception):"
     r"|(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)\b"
     r"|\d{4}[-/]\d\d[-/]\d\d|\d\d-\d\d \d\d:|\[\d|\(\w{1,60} pid=|\[rank|\s{4}"
     r"|[\w.-]{1,80}:\d{1,8}:\d{1,8} \[|NCCL |\||\+-|[{}<>$#])")

@@ -252,6 +252,10 @@ def check_references(kb: KB) -> None:
                 raise KBError(where.path, where.line,
                               f"problem {p.id}: claims unknown problem {claim.problem!r}")
             condition(claim.when, f"problem {p.id} claims", where)
+        for name in p.implied_by:
+            condition(name, f"problem {p.id} implied_by", where)
+        for name in p.ruled_out_by:
+            condition(name, f"problem {p.id} ruled_out_by", where)
     for c in kb.causes.values():
         for sig in c.signatures:
             signature(sig, c.id, kb.origins[f"cause:{c.id}"])

@@ -257,10 +257,20 @@ class Problem(KBModel):
     related: list[str] = field(default_factory=list)
     affects: str = ""
     claims: list[Claim] = field(default_factory=list)
+    # Conditions over the facts that show the problem when no line of the paste names any
+    # failure: the log's own figures say the check failed (a KV cache of 3,664 tokens under
+    # max_model_len 4,096) although the error line was cut.
+    implied_by: list[str] = field(default_factory=list)
+    # Conditions under which a match is not this problem whatever the line says: a CUDA OOM
+    # for 20 MiB while 66 GiB are free is not a shortage of GPU memory.
+    ruled_out_by: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         _id("id", self.id)
         _range("revision", self.revision, 1, 10**6)
+        for name in (*self.implied_by, *self.ruled_out_by):
+            if not SNAKE.fullmatch(name):
+                raise ValueError(f"implied_by: {name!r} must be a snake_case condition name")
         if not self.signatures:
             raise ValueError("signatures: a problem needs at least one signature")
 

@@ -138,6 +138,7 @@ def render(d: Diagnosis) -> str:
         lines.append("No known problem matched.")
         if d.input.note:
             lines.append(d.input.note)
+        lines.extend(d.notes)
         known = d.facts.known()
         known.pop("gpus", None)
         known.pop("processes", None)
@@ -167,6 +168,7 @@ def render(d: Diagnosis) -> str:
     if len(d.problems) > 1:
         also = ", ".join(f"{p.id} ({p.confidence:.2f})" for p in d.problems[1:])
         lines.append(f"Also seen: {also}")
+    lines.extend(f"note: {n}" for n in d.notes)
     nums = numbers(d)
     if nums:
         lines.append("")

@@ -14,6 +14,7 @@ from typing import Any
 
 from bot.fmt import gib
 from bot.schema import Facts, Sizing, field_names
+from bot.sizing.catalog import UnknownName, resolve_gpu
 
 ConditionFn = Callable[[Facts, Sizing | None], str | None]  # the proof, or None
 
@@ -663,3 +664,69 @@ def _nothing_fits(f: Facts, s: Sizing | None) -> str | None:
 @condition("already_eager")
 def _eager(f: Facts, s: Sizing | None) -> str | None:
     return "--enforce-eager is already set" if f.enforce_eager else None
+
+
+# -- what the log's own figures show, with or without an error line ---------------------------
+
+DEFAULT_BLOCK_SIZE = 16  # vLLM's KV block size when the log does not print another
+AMPLE_FREE_GIB = 1.0  # an OOM with at least this much free, and ...
+AMPLE_FREE_RATIO = 10.0  # ... ten times the allocation free, is not a lack of memory
+AMPLE_FREE_SHARE = 0.2  # ... nor when a fifth of the GPU is still free
+
+
+@condition("oom_not_a_shortage")
+def _oom_not_a_shortage(f: Facts, s: Sizing | None) -> str | None:
+    """A CUDA OOM for a few MiB while most of the GPU is free: the allocator failed for
+    another reason (vLLM sleep mode's cumem allocator, a driver, MIG or MPS limit)."""
+    free, tried, total = f.oom_free_gib, f.oom_tried_to_allocate_gib, _total(f, s)
+    if free is None or tried is None or free < AMPLE_FREE_GIB or free < AMPLE_FREE_RATIO * tried:
+        return None
+    if total and free < AMPLE_FREE_SHARE * total:
+        return None
+    of_total = f" of {gib(total)}" if total else ""
+    return (f"CUDA refused {gib(tried)} while {gib(free)}{of_total} was free: that is not a "
+            "shortage of GPU memory but an allocation that failed for another reason (vLLM's "
+            "sleep-mode cumem allocator, the driver, a MIG or MPS limit); the error printed "
+            "before it says which")
+
+
+@condition("kv_tokens_below_max_model_len")
+def _kv_tokens_short(f: Facts, s: Sizing | None) -> str | None:
+    """The KV cache the log sized holds fewer tokens than one max_model_len request: vLLM
+    refuses to start (V0 and V1 alike), whether or not the paste kept the error line."""
+    length = f.max_model_len
+    tokens, how = f.kv_cache_tokens, ""
+    if tokens is None and f.gpu_blocks:
+        block = f.block_size or DEFAULT_BLOCK_SIZE
+        tokens, how = f.gpu_blocks * block, f" ({f.gpu_blocks:,} blocks of {block})"
+    if not length or not tokens or tokens <= 0 or tokens >= length:
+        return None
+    return (f"the KV cache holds {tokens:,} tokens{how}, fewer than one request at "
+            f"max_model_len {length:,}")
+
+
+@condition("bf16_on_pre_ampere")
+def _bf16_old_gpu(f: Facts, s: Sizing | None) -> str | None:
+    """bfloat16 asked of a GPU below compute capability 8.0 (V100, T4, Pascal)."""
+    if (f.dtype or "").lower() not in ("bfloat16", "bf16"):
+        return None
+    cc, name = _compute_capability(f)
+    if cc is None or cc >= 8.0:
+        return None
+    return f"dtype bfloat16 on {name or 'a GPU'} (compute capability {cc:.1f}; bf16 needs 8.0)"
+
+
+def _compute_capability(f: Facts) -> tuple[float | None, str | None]:
+    """The GPU's compute capability: as the log or nvidia-smi printed it, else the catalog's
+    for the GPU the paste names."""
+    name = f.gpu_name or next((g.name for g in f.gpus if g.name), None)
+    text = f.compute_capability
+    if text is None and name:
+        try:
+            text = resolve_gpu(name).compute_capability
+        except UnknownName:
+            return None, name
+    try:
+        return (float(text) if text else None), name
+    except ValueError:  # an AMD architecture name such as gfx942
+        return None, name

@@ -48,6 +48,7 @@ UNDECIDED_CAUSES = 2  # shown as possible when the evidence supports none
 CORROBORATION = 0.03  # per further support that holds
 IMPLAUSIBLE = ("non_torch_implausible", "profile_implausible")
 QUOTE_CHARS = 160
+IMPLIED_CONFIDENCE = 0.6  # a problem the figures show with no line naming it
 DEFAULT_ENGINE = "vllm"
 
 
@@ -61,6 +62,7 @@ class Plan:
     more_causes: list[CauseRef] = field(default_factory=list)  # not ruled out, not shown above
     fixes: list[Fix] = field(default_factory=list)
     withheld: list[WithheldFix] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # readings the facts set aside, and why
 
 
 class Scored(NamedTuple):
@@ -82,8 +84,9 @@ def plan(kb: KB, problems: list[ProblemMatch], facts: Facts,
     NCCL or tokenizer error gets no memory arithmetic forced onto it.
     """
     hits = hits or {}
-    memory = any(kb.problems[p.id].memory_problem for p in problems if p.id in kb.problems)
     asks = not problems and not hits and bool(facts.model and (facts.gpu_name or facts.gpus))
+    problems, notes = screen(kb, problems, facts, hits)
+    memory = any(kb.problems[p.id].memory_problem for p in problems if p.id in kb.problems)
     sized = facts
     if asks and (facts.gpu_count or 0) > 1 and facts.tensor_parallel_size is None:
         # "on two h100s": the question is about sharding over them
@@ -135,17 +138,56 @@ def plan(kb: KB, problems: list[ProblemMatch], facts: Facts,
     return Plan(sizing=sizing, problems=problems, causes=[_match(sc) for sc in shown],
                 more_causes=[CauseRef(id=sc.cause.id, title=sc.cause.title)
                              for sc in live if sc.cause.id not in shown_ids],
-                fixes=[t[3] for t in fixes], withheld=withheld)
+                fixes=[t[3] for t in fixes], withheld=withheld, notes=notes)
+
+
+def screen(kb: KB, problems: list[ProblemMatch], facts: Facts,
+           hits: Mapping[str, Sequence[SignatureHit]]) -> tuple[list[ProblemMatch], list[str]]:
+    """The matched problems the facts allow, and the one the facts show although no line
+    named it (knowledge/problems: `ruled_out_by`, `implied_by`), with a note for each
+    reading set aside. A problem is implied only when the paste names no failure at all: a
+    line that does always decides."""
+    kept, notes = [], []
+    for p in problems:
+        prob = kb.problems.get(p.id)
+        why = _first_holding(prob.ruled_out_by, facts) if prob else None
+        if why is None:
+            kept.append(p)
+        elif prob is not None:
+            notes.append(f"Set aside, {prob.title}: {why}")
+    if problems or any(not kb.causes[c].memory for c in _named_causes(kb, hits)):
+        return kept, notes
+    for prob in kb.problems.values():
+        why = _first_holding(prob.implied_by, facts)
+        if why is not None:
+            kept.append(ProblemMatch(
+                id=prob.id, title=prob.title, confidence=IMPLIED_CONFIDENCE,
+                evidence=[f"(shown by the log's figures: {why})"],
+                summary=prob.short_answer.strip(), phase=prob.phase))
+            break
+    return kept, notes
+
+
+def _first_holding(names: Sequence[str], facts: Facts) -> str | None:
+    return next((why for name in names if (why := CONDITIONS[name](facts, None)) is not None),
+                None)
+
+
+def _named_causes(kb: KB, hits: Mapping[str, Sequence[SignatureHit]]) -> set[str]:
+    """The causes whose own signatures matched (a line that names the cause outright)."""
+    return {c.id for c in kb.causes.values() if any(sig.id in hits for sig in c.signatures)}
 
 
 def place(kb: KB, problems: list[ProblemMatch], facts: Facts, sizing: Sizing | None
           ) -> list[ProblemMatch]:
-    """Problems the paste could not place in a phase, given to the problem that claims them
-    when the facts say so (knowledge/problems: `claims`)."""
+    """Problems the paste could not place in a phase, or placed only by a person's words,
+    given to the problem that claims them when the facts say so (knowledge/problems:
+    `claims`): weights that cannot fit the GPU ran out while loading, whatever the sentence
+    around a quoted OOM says."""
     out = []
     for p in problems:
         taker = next((q for q in kb.problems.values() for c in q.claims
-                      if c.problem == p.id and p.phase is None
+                      if c.problem == p.id and (p.phase is None or p.from_prose)
                       and CONDITIONS[c.when](facts, sizing) is not None), None)
         if taker is None or any(o.id == taker.id for o in problems):
             out.append(p)

@@ -148,6 +148,8 @@ def answer(d: Diagnosis, *, history_line: str | None, incident_id: int | None,
     if len(d.problems) > 1:
         also = ", ".join(f"`{p.id}` ({p.confidence:.2f})" for p in d.problems[1:6])
         optional.append(context(f"Also seen: {also}"))
+    if d.notes:
+        optional.append(context("\n".join(esc(n) for n in d.notes)))
     causes = cause_lines(d, host)
     if causes:
         optional.append(section("*Likely causes*\n" + "\n".join(esc(c) for c in causes)))
@@ -194,6 +196,7 @@ def _no_match(d: Diagnosis, history_line: str | None) -> Reply:
     lines = ["*No known problem matched.*"]
     if d.input.note:
         lines.append(esc(d.input.note))
+    lines.extend(esc(n) for n in d.notes)
     known = {k: v for k, v in d.facts.known().items() if k not in ("gpus", "processes")}
     if known:
         lines.append("What I could read:\n" + code("\n".join(f"{k}: {v}" for k, v in

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from bot.evidence import extract_facts
-from bot.evidence.paste import split_prefix, unwrap
+from bot.evidence.paste import is_prose, split_prefix, unwrap
 
 V1_KV = ("ValueError: To serve at least one request with the model's max seq len (262144), "
          "(36.0 GiB KV cache is needed, which is larger than the available KV cache memory "
@@ -175,3 +175,18 @@ def test_a_width_met_by_the_message_or_by_the_whole_line() -> None:
     assert len(out) == 2
     assert "total capacity of 23.56 GiB of which 56.88 MiB is free" in out[1]
     assert kv_facts(prefixed + "\n" + plain) == EXPECTED
+
+
+@pytest.mark.parametrize(("line", "prose"), [
+    ("The server starts fine, then crashes with an OOM after a few minutes", True),
+    ("我在尝试vllm推理时，50g显存为什么都会报错out of memory", True),
+    ("I get this ValueError: To serve at least one request", True),
+    ("ERROR 11-30 10:00:01 [core.py:700] ValueError: No available memory", False),
+    ('  File "/usr/lib/python3/vllm/worker.py", line 71, in init_model', False),
+    # the remains of a logger's prefix before an exception are code, not words
+    ("start.py:1395 (EngineCore pid=1713) ValueError: To serve at least one request with the "
+     "model's max seq len (131072)", False),
+    ("`Free memory on device (10.2/79.2 GiB) on startup is less than desired`", False),
+])
+def test_a_persons_words_are_told_from_a_programs(line: str, prose: bool) -> None:
+    assert is_prose(line) is prose

@@ -132,6 +132,16 @@ ROWS = [
         dict(engine="vllm", phase="warmup"), "10000"),
     Row("max_num_seqs_large", dict(max_num_seqs=1024), dict(max_num_seqs=256), "1024"),
     Row("already_quantized", dict(quantization="awq"), dict(), "awq"),
+    # ms-swift#9613: a 20 MiB allocation refused with 66 GiB free (vLLM's sleep mode)
+    Row("oom_not_a_shortage", dict(oom_tried_to_allocate_gib=0.02, oom_free_gib=66.43,
+                                   gpu_total_gib=79.11),
+        dict(oom_tried_to_allocate_gib=0.02, oom_free_gib=0.34, gpu_total_gib=79.11),
+        "66.43 GiB of 79.11 GiB"),
+    # FastChat#3177: 1,842 blocks of 16 = 29,472 tokens under max_seq_len 32,768
+    Row("kv_tokens_below_max_model_len", dict(gpu_blocks=1842, max_model_len=32768),
+        dict(gpu_blocks=2252, max_model_len=512), "29,472 tokens (1,842 blocks of 16)"),
+    Row("bf16_on_pre_ampere", dict(dtype="bfloat16", gpu_name="Tesla V100-PCIE-32GB"),
+        dict(dtype="bfloat16", gpu_name="NVIDIA A100-SXM4-80GB"), "compute capability 7.0"),
 ]
 
 
