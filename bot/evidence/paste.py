@@ -135,9 +135,11 @@ _PRINTED = lazy(
     r"(?:[\w.]{0,60}\.)?[A-Z]\w{0,40}(?:Error|Exception):"
     r"|(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)\b"
     r"|\d{4}[-/]\d\d[-/]\d\d|\d\d-\d\d \d\d:|\[\d|\(\w{1,60} pid=|\[rank|\s{4}"
-    r"|[\w.-]{1,80}:\d{1,8}:\d{1,8} \[|NCCL |\||\+-|[{}<>$#])")
+    r"|[\w.-]{1,80}:\d{1,8}:\d{1,8} \[|NCCL |\||\+-|[{}<>$]|#(?!#{0,5} ))")
 _PROGRESS = lazy(r"\d{1,3}%\s{0,3}(?:\||Completed)|\d{1,9}/\d{1,9} \[|(?:it|s)/(?:s|it)\]")
 _LETTERS = lazy(r"[A-Za-z]{2,40}")
+_CODE_CHARS = "()[]{}<>=/_\\"
+CODE_SHARE = 0.12  # a line this dense in brackets, paths and assignments is code
 _CJK = lazy(r"[\u3040-\u30ff\u4e00-\u9fff\uac00-\ud7af]")
 
 
@@ -152,6 +154,11 @@ def is_prose(line: str) -> bool:
     if len(stripped) > 2 and stripped[0] == stripped[-1] == "`":
         return False  # a message quoted whole as code is the program's words, not the user's
     head = body[:400]
+    code = sum(head.count(c) for c in _CODE_CHARS)
+    if code >= 8 and code >= CODE_SHARE * len(head.replace(" ", "")):
+        # "Exception in callback _log_task_completion(error_callback=<bound method...>)":
+        # brackets, paths and assignments, not a sentence
+        return False
     return len(_LETTERS.findall(head)) >= 3 or _CJK.search(head) is not None
 
 

@@ -27,6 +27,9 @@ _SERVER_COMMANDS = ("vllm serve ", "vllm.entrypoints.openai.api_server",
 _LLM = ("LLM(", "AsyncLLMEngine.from_engine_args", "LLMEngine.from_engine_args")
 _TRAINERS = ("grpo_trainer", "GRPOTrainer", "ppo_trainer", "PPOTrainer", "accelerate launch",
              "deepspeed ", "colocate", "openrlhf", "verl.trainer")
+# vLLM's sleep-mode allocator: an engine that sleeps so something else can have its GPU
+# memory between rollouts, which is a trainer driving it
+_SLEEP_MODE = ("cumem_allocator",)
 # a trainer's settings that drive a vLLM engine of its own
 # (verl's actor_rollout_ref is the hybrid engine: the actor and its rollout share the GPUs)
 _TRAINER_VLLM = ("use_vllm", "vllm_gpu_memory_utilization", "vllm_mode", "rollout.name=vllm",
@@ -52,7 +55,8 @@ _CHATTER = ("Received request", "prompt: ")
 
 class TenantsExtractor:
     name: ClassVar[str] = "tenants"
-    anchors: ClassVar[tuple[str, ...]] = (*_SERVER_COMMANDS, *_LLM, *_TRAINERS, *_TRAINER_VLLM)
+    anchors: ClassVar[tuple[str, ...]] = (*_SERVER_COMMANDS, *_LLM, *_TRAINERS, *_TRAINER_VLLM,
+                                          *_SLEEP_MODE)
     folded_anchors: ClassVar[tuple[str, ...]] = (*_TRAINER_WORDS, *_ENGINE_WORDS)
     follow: ClassVar[int] = 16  # a command continued over lines with "\\"
 
@@ -78,7 +82,7 @@ class TenantsExtractor:
             self._engines.add(" ".join(text.split()))
         self._trainer = (self._trainer or any(k in text for k in _TRAINERS)
                          or _TRAINER_SAID.search(text) is not None)
-        self._trainer_vllm = self._trainer_vllm or (
+        self._trainer_vllm = self._trainer_vllm or any(k in text for k in _SLEEP_MODE) or (
             any(k in text for k in _TRAINER_VLLM)
             and _TRAINER_VLLM_SETTING.search(text) is not None)
         if not self._engine_named:

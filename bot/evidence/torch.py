@@ -44,7 +44,12 @@ _RULES = Rules(
 )
 _OTHER = lazy(rf"[Pp]rocess (?P<pid>\d{{1,10}}) has (?P<n>{NUM}) ?(?P<u>{UNIT}) memory in use")
 _UNALLOCATED = lazy(rf"(?P<n>{NUM}) ?(?P<u>{UNIT}) is reserved by PyTorch but unallocated")
-_START = ("out of memory", "OutOfMemoryError", "Tried to allocate")
+# The caching allocator's own warning, in bytes: "memory allocation failed with OOM on device
+# 5 while trying to allocate 671088640 bytes (free: 513736704, total: 85095874560)"
+_ALLOC_FAILED = lazy(r"memory allocation failed with OOM on device (?P<gpu>\d{1,3})\s{0,4}"
+                     r"while trying to allocate (?P<tried>\d{1,15}) bytes "
+                     r"\(free: (?P<free>\d{1,15}), total: (?P<total>\d{1,15})\)")
+_START = ("out of memory", "OutOfMemoryError", "Tried to allocate", "allocation failed with OOM")
 # What a process holds beyond PyTorch's own memory: the CUDA context, cuBLAS/NCCL workspaces.
 CONTEXT_GIB = 1.5
 
@@ -98,6 +103,11 @@ class TorchExtractor:
             self._flush(sink)
             self._msg = _Message()
         _RULES.apply(line, sink)
+        if "allocation failed with OOM" in text and (m := _ALLOC_FAILED.search(text)):
+            for fact, group in (("oom_tried_to_allocate_gib", "tried"), ("oom_free_gib", "free")):
+                sink.set(fact, int(m.group(group)) / 2**30, line.no)
+            sink.set_default("gpu_total_gib", int(m.group("total")) / 2**30, line.no)
+            sink.set("oom_gpu_index", int(m.group("gpu")), line.no)
         msg = self._msg
         if msg is None:
             return

@@ -37,6 +37,10 @@ MAX_DEFERRED = 200  # lines waiting for their phase until the end of the input
 # What an exception or a killed process prints: a paste holding one shows how a traceback
 # ended, so a `cut` signature (a frame whose error line is missing) does not guess it.
 EXCEPTION_MARKS = ("Error:", "Exception:", "error:", "Error(", "Killed", "Segmentation fault")
+# What a server failing prints, whatever the failure: beside it a performance finding (a
+# fallback kernel's warning, a speed complaint) is not the problem.
+FAILURE_MARKS = (*EXCEPTION_MARKS, "Traceback (most recent call last)", "failed to start",
+                 "initialization failed")
 # exceptions that only report another process's failure ("See root cause above")
 _WRAPPER = LazyPattern(r"Engine core initialization failed|See root cause above|"
                        r"Error executing method|(?:failed|dead)[,.]? {0,2}terminating")
@@ -126,7 +130,7 @@ class CompiledKB:
                 self.ctx_by_anchor.setdefault(a, []).append(i)
         self.phase_literals = frozenset(self.phases.literals)
         self.anchors = tuple(dict.fromkeys([*by_anchor, *self.ctx_by_anchor,
-                                            *self.phases.literals, *EXCEPTION_MARKS]))
+                                            *self.phases.literals, *FAILURE_MARKS]))
         # which anchors a line holds, in one call rather than a substring test per anchor
         self.finder = AhoCorasick(list(self.anchors))
         self._vocabulary: frozenset[str] | None = None
@@ -168,6 +172,7 @@ class Matcher:
         self._cut: deque[tuple[Line, list[CompiledSignature], str | None]] = deque(
             maxlen=MAX_DEFERRED)
         self._exception_shown = False
+        self._failed = False  # the paste shows the server failing (a traceback, an exception)
         self._explained: set[int] = set()  # lines a specific problem signature matched
         self._at = 0  # where the last signature that applied matched in its line
 
@@ -184,6 +189,8 @@ class Matcher:
             # frames and milestones are the program's lines; a person naming `load_model` in a
             # sentence places nothing
             self.phase.see(text, line.no, present)
+        if not self._failed and any(m in present for m in FAILURE_MARKS) and not is_prose(text):
+            self._failed = True
         if (not self._exception_shown and any(m in present for m in EXCEPTION_MARKS)
                 and not _WRAPPER.search(text) and not is_prose(text)):
             self._exception_shown = True
@@ -350,6 +357,10 @@ class Matcher:
             # nor is a performance warning, when the paste quotes the error that failed
             ranked = [(pid, h) for pid, h in ranked if kb.problems[pid].failure
                       or h.best_kind > KIND_RANK["warning"]]
+        if self._failed:
+            # nor any performance finding, when the paste shows the server failing (a
+            # traceback, an exception, "failed to start") even without a known error line
+            ranked = [(pid, h) for pid, h in ranked if kb.problems[pid].failure]
         out = []
         for pid, hits in ranked:
             problem = self.compiled.kb.problems[pid]

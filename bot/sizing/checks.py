@@ -730,3 +730,39 @@ def _compute_capability(f: Facts) -> tuple[float | None, str | None]:
         return (float(text) if text else None), name
     except ValueError:  # an AMD architecture name such as gfx942
         return None, name
+
+
+@condition("gpu_below_volta")
+def _below_volta(f: Facts, s: Sizing | None) -> str | None:
+    """A Pascal or older GPU (compute capability below 7.0): current builds ship no kernels
+    for it, so 'no kernel image' there is the GPU's age, not a build to reinstall."""
+    cc, name = _compute_capability(f)
+    if cc is None or cc >= 7.0:
+        return None
+    return f"{name or 'the GPU'} has compute capability {cc:.1f}; current builds start at 7.0"
+
+
+TINY_CONTEXT = 4096  # tokens: a KV cache that holds less serves no real request
+
+
+@condition("kv_fits_only_a_tiny_context")
+def _tiny_fit(f: Facts, s: Sizing | None) -> str | None:
+    """The KV cache left beside the weights holds a few hundred tokens of a long context: a
+    shorter --max-model-len 'fits' but serves nothing; what takes the budget is the cause."""
+    fit = f.estimated_max_model_len or (s.max_model_len_that_fits if s else None)
+    want = f.max_model_len or _extra(s, "target_max_model_len")
+    if not fit or not want or fit >= TINY_CONTEXT or fit * 8 > want:
+        return None
+    return (f"only {fit:,} tokens of KV cache fit where max_model_len asks {want:,}: the "
+            "budget is spent before the KV cache, so a shorter context is no real fix")
+
+
+@condition("kv_cache_short")
+def _kv_short(f: Facts, s: Sizing | None) -> str | None:
+    """The KV cache is already too small for one request: handing the engine less of the GPU
+    would shrink it further."""
+    why = _no_kv_at_all(f, s) or _kv_tokens_short(f, s)
+    avail, needed = f.kv_cache_available_gib, f.kv_cache_needed_gib
+    if why is None and avail is not None and needed is not None and needed > avail:
+        why = f"one request needs {gib(needed)} of KV cache and {gib(avail)} is available"
+    return why and f"{why}: a smaller memory fraction would leave even less KV cache"

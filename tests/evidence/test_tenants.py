@@ -39,6 +39,9 @@ CASES: list[tuple[str, str, int | None, bool | None]] = [
      "python3 -m verl.trainer.main_ppo actor_rollout_ref.rollout.name=vllm "
      "actor_rollout_ref.rollout.gpu_memory_utilization=0.6\n",
      None, True),
+    ("vLLM's sleep-mode allocator failing: the engine shares its GPU (lmm-r1#42)",
+     "Runtime Error: Cuda error: out of memory at /workspace/csrc/cumem_allocator.cpp: 62\n",
+     None, True),
     # a folder named after vLLM is not a trainer's setting (vllm#10569)
     ("a path that contains a setting's name",
      '[rank0]:   File "/home/dataset/test_vllm_models/test_llama.py", line 21, in <module>\n'

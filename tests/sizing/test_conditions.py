@@ -140,6 +140,13 @@ ROWS = [
     # FastChat#3177: 1,842 blocks of 16 = 29,472 tokens under max_seq_len 32,768
     Row("kv_tokens_below_max_model_len", dict(gpu_blocks=1842, max_model_len=32768),
         dict(gpu_blocks=2252, max_model_len=512), "29,472 tokens (1,842 blocks of 16)"),
+    # vllm deepseek-v4 on 4x 48 GB: 720 tokens fit where 131072 were asked
+    Row("kv_fits_only_a_tiny_context", dict(estimated_max_model_len=720, max_model_len=131072),
+        dict(estimated_max_model_len=50512, max_model_len=262144), "only 720 tokens"),
+    Row("kv_cache_short", dict(kv_cache_available_gib=0.3, kv_cache_needed_gib=1.34),
+        dict(kv_cache_available_gib=6.0, kv_cache_needed_gib=1.34), "even less KV cache"),
+    Row("gpu_below_volta", dict(gpu_name="Quadro P4000"), dict(gpu_name="Tesla V100-SXM2-32GB"),
+        "compute capability 6.1"),
     Row("bf16_on_pre_ampere", dict(dtype="bfloat16", gpu_name="Tesla V100-PCIE-32GB"),
         dict(dtype="bfloat16", gpu_name="NVIDIA A100-SXM4-80GB"), "compute capability 7.0"),
 ]
