@@ -65,6 +65,7 @@ _STANDALONE = lazy(r"\s{0,40}(?![\w.]{0,60}(?:Error|Exception|Warning):)"
 # A re-flowed line ends mid-sentence; these end a sentence, a value or a bracket.
 _CLOSED = (".", ":", "!", "?", ";", ")", "]", "}", "\"", "'", "%", "。", "：", "！", "？", "）")
 _MIN_WIDTH = 50
+_MARKDOWN_LINK = lazy(r"!?\[[^\]\n]{0,200}\]\([^)\s]{1,400}\)")
 _WORD = lazy(r"[A-Za-z][A-Za-z0-9_]{1,40}")
 _TAIL_WORD = lazy(r"[A-Za-z0-9_]{1,60}$")
 _HEAD_WORD = lazy(r"[A-Za-z0-9_]{1,60}")
@@ -228,10 +229,12 @@ class _Widths(NamedTuple):
 
 
 def _table_row(piece: _Piece) -> bool:
-    """A row of a drawn table (nvidia-smi, a Markdown table): whole, and as wide as its
-    neighbours by design, so no evidence of a wrap width."""
+    """A row of a drawn table (nvidia-smi, a Markdown table) or a Markdown image or link on
+    its own line: whole, and as wide as its neighbours by design (screenshots uploaded to one
+    site share a URL length), so no evidence of a wrap width."""
     body = piece.body
-    return body.startswith(("|", "+")) and body.endswith(("|", "+")) and len(body) > 1
+    return ((body.startswith(("|", "+")) and body.endswith(("|", "+")) and len(body) > 1)
+            or _MARKDOWN_LINK.fullmatch(body) is not None)
 
 
 def _hard_width(pieces: list[_Piece], lengths: list[int]) -> int | None:

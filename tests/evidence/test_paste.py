@@ -190,3 +190,14 @@ def test_a_width_met_by_the_message_or_by_the_whole_line() -> None:
 ])
 def test_a_persons_words_are_told_from_a_programs(line: str, prose: bool) -> None:
     assert is_prose(line) is prose
+
+
+def test_screenshots_of_one_length_are_no_wrap_width() -> None:
+    # GLM-4#47: uploaded images share a URL length; the lines after them stay lines
+    text = ("![image](https://github.com/THUDM/GLM-4/assets/19431702/869a8f91-3ac2-4474-9cb2-"
+            "7859e68217d0)\n- 当 max_model_len  > 20768报错如下\n"
+            "![image](https://github.com/THUDM/GLM-4/assets/19431702/431e4226-31ba-47cb-bc3e-"
+            "04a4b1acb2f8)\n### 当 max_model_len <= 16384 (16k，精确数值未测) ，成功启动\n")
+    lines = unwrap(text).text.splitlines()
+    assert lines[-1] == "### 当 max_model_len <= 16384 (16k，精确数值未测) ，成功启动"
+    assert len(lines) == 4
