@@ -41,6 +41,10 @@ EXCEPTION_MARKS = ("Error:", "Exception:", "error:", "Error(", "Killed", "Segmen
 # fallback kernel's warning, a speed complaint) is not the problem.
 FAILURE_MARKS = (*EXCEPTION_MARKS, "Traceback (most recent call last)", "failed to start",
                  "initialization failed")
+# A logger's level in a line's first words: a message the program itself logged at INFO or
+# WARNING ("Failed to import from vllm._C with ImportError('libcuda.so.1: ...')") is not what
+# ended it, whatever its words.
+_LOW_LEVEL = LazyPattern(r"^.{0,100}?\b(?:(?P<low>INFO|WARNING|WARN|DEBUG)|ERROR|CRITICAL|FATAL)\b")
 # exceptions that only report another process's failure ("See root cause above")
 _WRAPPER = LazyPattern(r"Engine core initialization failed|See root cause above|"
                        r"Error executing method|(?:failed|dead)[,.]? {0,2}terminating")
@@ -269,6 +273,8 @@ class Matcher:
         if kind != "prose" and is_prose(line.text):
             # a message quoted inside someone's sentence is their report of it, not the log
             kind = "prose"
+        elif kind == "error" and (level := _LOW_LEVEL.search(line.text)) and level["low"]:
+            kind = "warning"
         hit = SignatureHit(line.no, line.text, kind, phase, self._at)
         seen = self.hits.setdefault(cs.sig.id, [])
         if len(seen) < 2:
@@ -337,11 +343,23 @@ class Matcher:
                 return True
         return False
 
+    def _fatal_cause_named(self) -> bool:
+        """Whether a log line names a cause outright as the error that ended the process
+        ("OSError: [Errno 98] Address already in use"), not about GPU memory."""
+        kb = self.compiled.kb
+        return any(self._owner[sig_id].of_cause
+                   and not kb.causes[self._owner[sig_id].owner].memory
+                   and any(h.kind == "error" for h in seen)
+                   for sig_id, seen in self.hits.items())
+
     def problems(self, redact: Callable[[str], str] | None = None) -> list[ProblemMatch]:
         ranked = sorted(self._hits.items(),
                         key=lambda kv: (kv[1].best_kind, kv[1].best_weight, kv[1].last_line),
                         reverse=True)
         kb = self.compiled.kb
+        if self._fatal_cause_named():
+            # a warning beside the error that ended the process is not the problem
+            ranked = [(pid, h) for pid, h in ranked if h.best_kind >= KIND_RANK["error"]]
         if self._other_failure_named():
             # "OOM" or "slow" in someone's words does not stand against a failure the paste
             # names that is not GPU memory

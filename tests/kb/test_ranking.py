@@ -1,0 +1,56 @@
+"""How the shipped KB weighs lines against each other on real pastes: the error that ended the
+process decides, a logger's own level caps what a line can claim, and a performance finding
+is beside the point once the paste shows the server failing."""
+
+from __future__ import annotations
+
+import pytest
+
+from bot.kb.loader import KB, load_kb
+from bot.kb.match import CompiledKB
+from bot.kb.testing import match_problems
+
+# vllm#7514: the port was taken; the restart's libcuda import warning is noise
+PORT_THEN_IMPORT_WARNING = (
+    '  File "/home/users/zoobab/mnt/vllm/entrypoints/openai/api_server.py", line 530, in '
+    "run_server\n"
+    '    temp_socket.bind(("", args.port))\n'
+    "OSError: [Errno 98] Address already in use\n"
+    "Starting vLLM...\n"
+    "WARNING 10-10 10:22:58 _custom_ops.py:18] Failed to import from vllm._C with "
+    "ImportError('libcuda.so.1: cannot open shared object file: No such file or directory')\n")
+# vllm#31387: the FP8 weight-only fallback warning, then the workers fail to start
+FP8_FALLBACK_THEN_FAILURE = (
+    "**Your GPU does not have native support for FP8 computation but FP8 quantization is being "
+    "used. Weight-only FP8 compression will be used leveraging the Marlin kernel.** This may "
+    "degrade performance for compute-heavy workloads.\n"
+    " WorkerProc failed to start.\n"
+    " Traceback (most recent call last):\n")
+FP8_FALLBACK_ALONE = FP8_FALLBACK_THEN_FAILURE.split("\n")[0] + "\n"
+
+
+@pytest.fixture(scope="module")
+def compiled() -> CompiledKB:
+    kb: KB = load_kb(use_cache=False)
+    return CompiledKB(kb)
+
+
+def test_an_error_message_logged_at_warning_level_does_not_outrank_the_error(
+        compiled: CompiledKB) -> None:
+    assert match_problems(compiled, PORT_THEN_IMPORT_WARNING) == []
+
+
+def test_the_same_message_as_the_error_that_ended_the_process_is_the_problem(
+        compiled: CompiledKB) -> None:
+    line = ("ImportError: libcuda.so.1: cannot open shared object file: No such file or "
+            "directory\n")
+    assert match_problems(compiled, line)[:1] == ["nvidia-driver-failure"]
+
+
+def test_a_performance_warning_alone_is_a_performance_finding(compiled: CompiledKB) -> None:
+    assert match_problems(compiled, FP8_FALLBACK_ALONE) == ["low-throughput"]
+
+
+def test_a_performance_warning_before_a_failure_is_beside_the_point(
+        compiled: CompiledKB) -> None:
+    assert "low-throughput" not in match_problems(compiled, FP8_FALLBACK_THEN_FAILURE)
