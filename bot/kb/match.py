@@ -133,8 +133,10 @@ class CompiledKB:
             for a in anchors:
                 self.ctx_by_anchor.setdefault(a, []).append(i)
         self.phase_literals = frozenset(self.phases.literals)
+        self.paste_literals = frozenset(a for cs in sigs for a in cs.sig.in_paste)
         self.anchors = tuple(dict.fromkeys([*by_anchor, *self.ctx_by_anchor,
-                                            *self.phases.literals, *FAILURE_MARKS]))
+                                            *self.phases.literals, *FAILURE_MARKS,
+                                            *sorted(self.paste_literals)]))
         # which anchors a line holds, in one call rather than a substring test per anchor
         self.finder = AhoCorasick(list(self.anchors))
         self._vocabulary: frozenset[str] | None = None
@@ -177,6 +179,11 @@ class Matcher:
             maxlen=MAX_DEFERRED)
         self._exception_shown = False
         self._failed = False  # the paste shows the server failing (a traceback, an exception)
+        # lines whose signatures need a literal elsewhere in the paste (`in_paste`), and the
+        # literals seen so far
+        self._needs: deque[tuple[Line, list[CompiledSignature], str | None]] = deque(
+            maxlen=MAX_DEFERRED)
+        self._seen_literals: set[str] = set()
         self._explained: set[int] = set()  # lines a specific problem signature matched
         self._at = 0  # where the last signature that applied matched in its line
 
@@ -193,6 +200,8 @@ class Matcher:
             # frames and milestones are the program's lines; a person naming `load_model` in a
             # sentence places nothing
             self.phase.see(text, line.no, present)
+        if present & comp.paste_literals:
+            self._seen_literals.update(present & comp.paste_literals)
         if not self._failed and any(m in present for m in FAILURE_MARKS) and not is_prose(text):
             self._failed = True
         if (not self._exception_shown and any(m in present for m in EXCEPTION_MARKS)
@@ -227,6 +236,11 @@ class Matcher:
                 if not prose:
                     continue
             offered.append(cs)
+        needs = [cs for cs in offered if cs.sig.in_paste]
+        if needs:
+            # decided at the end, once the whole paste has been seen
+            self._needs.append((line, needs, phase))
+            offered = [cs for cs in offered if not cs.sig.in_paste]
         cut = [cs for cs in offered if cs.sig.cut]
         if cut:
             # decided at the end, once the paste has shown whether an error line follows
@@ -311,6 +325,11 @@ class Matcher:
             phase = (self.phase.phase_after(line.text, line.no) or self.phase.any_phase()
                      or self.phase.last_milestone() or self.phase.said_phase())
             self._match(waiting, line, phase)
+        needs, self._needs = list(self._needs), deque(maxlen=MAX_DEFERRED)
+        for line, waiting, phase in needs:
+            found = [cs for cs in waiting if self._seen_literals.intersection(cs.sig.in_paste)]
+            if found:
+                self._match(found, line, phase)
         cut, self._cut = list(self._cut), deque(maxlen=MAX_DEFERRED)
         logged = any(h.best_kind >= KIND_RANK["warning"] for h in self._hits.values())
         if not (logged or self._exception_shown):

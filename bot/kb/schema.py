@@ -120,6 +120,9 @@ class Signature(KBModel):
     # Patterns of which one must also be found in the same line, anywhere: "OOM" and "while
     # loading" in either order, without a pattern that scans a window for both.
     with_any: list[str] = field(default_factory=list)
+    # Literals of which one must appear anywhere in the paste, before or after the line: "it
+    # hangs" is NCCL's only beside NCCL's own lines or a tensor-parallel setting.
+    in_paste: list[str] = field(default_factory=list)
     note: str = ""
 
     def __post_init__(self) -> None:
@@ -130,6 +133,8 @@ class Signature(KBModel):
             _linear_regex("with_any", extra)
         for a in self.anchors:
             _literal("anchors", a)
+        for a in self.in_paste:
+            _literal("in_paste", a)
         try:
             self.effective_anchors()
         except ValueError as exc:

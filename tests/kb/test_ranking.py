@@ -54,3 +54,17 @@ def test_a_performance_warning_alone_is_a_performance_finding(compiled: Compiled
 def test_a_performance_warning_before_a_failure_is_beside_the_point(
         compiled: CompiledKB) -> None:
     assert "low-throughput" not in match_problems(compiled, FP8_FALLBACK_THEN_FAILURE)
+
+
+# vllm#9920, in words: the hang is NCCL's only when the paste shows NCCL at all
+HANG = "after I try to run it again, it hangs at llm.generate().\n"
+NCCL_DEBUG = "This is what I get for os.environ['NCCL_DEBUG']='TRACE' when it stalls:\n"
+
+
+def test_a_hang_beside_nccl_lines_is_an_nccl_failure(compiled: CompiledKB) -> None:
+    assert match_problems(compiled, HANG + NCCL_DEBUG)[:1] == ["nccl-failure"]
+    assert match_problems(compiled, NCCL_DEBUG + HANG)[:1] == ["nccl-failure"]
+
+
+def test_a_hang_alone_names_no_problem(compiled: CompiledKB) -> None:
+    assert match_problems(compiled, HANG) == []
