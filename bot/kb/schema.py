@@ -253,7 +253,9 @@ class Problem(KBModel):
     # blocks" only while the KV cache is sized): the phase when nothing in the paste places it.
     phase: str | None = None
     signatures: list[Signature]
-    causes: list[str] = field(default_factory=list)  # candidate cause ids
+    # Candidate cause ids, the most common first for this symptom: the order in which the
+    # answer names them when the evidence supports none.
+    causes: list[str] = field(default_factory=list)
     confirm: list[str] = field(default_factory=list)
     diagnostics: list[Diagnostic] = field(default_factory=list)
     prevention: list[str] = field(default_factory=list)

@@ -207,8 +207,10 @@ def _match(sc: Scored) -> CauseMatch:
 
 def rank_causes(kb: KB, problems: list[ProblemMatch], facts: Facts, sizing: Sizing | None,
                 hits: Mapping[str, Sequence[SignatureHit]]) -> list[Scored]:
-    """Every candidate cause scored, best first: the matched problems' candidates (in the
-    problems' order, which breaks ties) and the causes a signature of their own names."""
+    """Every candidate cause scored, best first: the matched problems' candidates and the
+    causes a signature of their own names. Supported causes rank by their evidence; the rest
+    keep the order the problems list them in, most common first (the top problem's first),
+    and the ruled-out ones come last."""
     order: list[str] = []
     for p in problems:
         prob = kb.problems.get(p.id)
@@ -216,7 +218,14 @@ def rank_causes(kb: KB, problems: list[ProblemMatch], facts: Facts, sizing: Sizi
     order += [c.id for c in kb.causes.values() if any(sig.id in hits for sig in c.signatures)]
     order = list(dict.fromkeys(order))
     scored = [score_cause(kb.causes[cid], facts, sizing, hits) for cid in order]
-    return [sc for _, sc in sorted(enumerate(scored), key=lambda t: (-t[1].score, t[0]))]
+
+    def key(t: tuple[int, Scored]) -> tuple[int, float, int]:
+        at, sc = t
+        if sc.supported:
+            return (0, -sc.score, at)
+        return (1 if sc.ruled_out is None else 2, 0.0, at)
+
+    return [sc for _, sc in sorted(enumerate(scored), key=key)]
 
 
 def score_cause(cause: Cause, facts: Facts, sizing: Sizing | None,

@@ -128,9 +128,12 @@ def test_weights_too_large_with_spare_gpus_proposes_tp(kb: KB) -> None:
 
 
 def test_contradicted_cause_is_dropped(kb: KB) -> None:
+    # nvidia-smi lists the server alone: nobody else holds the GPU
     facts = Facts(engine="vllm", model="Qwen/Qwen3-14B", max_model_len=32_768,
                   kv_cache_available_gib=6.51, gpu_memory_utilization=0.9, gpu_total_gib=79.19,
-                  foreign_processes_gib=0.0, kv_cache_dtype="fp8")
+                  foreign_processes_gib=0.0, kv_cache_dtype="fp8",
+                  processes=[GpuProcess(pid=7, used_mib=71_000, is_server=True,
+                                        source="nvidia-smi")])
     p = plan(kb, no_blocks(), facts)
     ids = {c.id for c in p.causes}
     assert "max-model-len-too-large" not in ids  # 5.00 GiB needed fits in 6.51
