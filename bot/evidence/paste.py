@@ -136,7 +136,7 @@ _PRINTED = lazy(
     r"(?:[\w.]{0,60}\.)?[A-Z]\w{0,40}(?:Error|Exception):"
     r"|(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)\b"
     r"|\d{4}[-/]\d\d[-/]\d\d|\d\d-\d\d \d\d:|\[\d|\(\w{1,60} pid=|\[rank|\s{4}"
-    r"|[\w.-]{1,80}:\d{1,8}:\d{1,8} \[|NCCL |\||\+-|[{}<>$]|#(?!#{0,5} ))")
+    r"|[\w.-]{1,80}:\d{1,8}:\d{1,8} \[|NCCL |\||\+-|[{}<>$]|#(?!#{0,5} |\d))")
 _PROGRESS = lazy(r"\d{1,3}%\s{0,3}(?:\||Completed)|\d{1,9}/\d{1,9} \[|(?:it|s)/(?:s|it)\]")
 _LETTERS = lazy(r"[A-Za-z]{2,40}")
 _CODE_CHARS = "()[]{}<>=/_\\"

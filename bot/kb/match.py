@@ -353,6 +353,8 @@ class Matcher:
         kb = self.compiled.kb
         for sig_id in self.hits:
             owner = self._owner[sig_id]
+            if owner.sig.in_paste:
+                continue  # a reading that leans on the rest of the paste ("it hangs") names none
             if owner.of_cause:
                 if not kb.causes[owner.owner].memory:
                     return True
