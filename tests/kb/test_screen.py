@@ -76,3 +76,20 @@ def test_the_figures_name_a_check_whose_error_line_was_cut(kb: KB, text: str, pr
 @pytest.mark.parametrize("text", [CUT_V0_CHECK, BF16_ON_V100], ids=["kv", "bf16"])
 def test_a_line_that_names_a_failure_decides_instead(kb: KB, text: str) -> None:
     assert [p.id for p in run(kb, text + NCCL_LINE).problems] == ["nccl-failure"]
+
+
+# verl#1141: a bare OOM in a PPO run whose trainer drives the vLLM rollout on the same GPUs
+VERL_OOM = ("python3 -m verl.trainer.main_ppo "
+            "actor_rollout_ref.rollout.gpu_memory_utilization=0.4\n"
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 98.00 MiB. GPU 0 has a "
+            "total capacity of 21.99 GiB of which 33.44 MiB is free.\n")
+
+
+def test_an_unplaced_oom_in_a_trainers_run_happened_while_it_trained(kb: KB) -> None:
+    d = run(kb, VERL_OOM)
+    assert d.problems[0].id == "oom-under-load"
+    assert d.causes[0].id == "foreign-process-holds-memory"
+
+
+def test_the_same_oom_alone_is_read_as_start_up(kb: KB) -> None:
+    assert run(kb, VERL_OOM.split("\n", 1)[1]).problems[0].id == "oom-during-startup-profiling"
