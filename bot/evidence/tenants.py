@@ -27,9 +27,9 @@ _SERVER_COMMANDS = ("vllm serve ", "vllm.entrypoints.openai.api_server",
 _LLM = ("LLM(", "AsyncLLMEngine.from_engine_args", "LLMEngine.from_engine_args")
 _TRAINERS = ("grpo_trainer", "GRPOTrainer", "ppo_trainer", "PPOTrainer", "accelerate launch",
              "deepspeed ", "colocate", "openrlhf", "verl.trainer")
-# vLLM's sleep-mode allocator: an engine that sleeps so something else can have its GPU
-# memory between rollouts, which is a trainer driving it
-_SLEEP_MODE = ("cumem_allocator",)
+# vLLM's (cumem) and SGLang's (torch_memory_saver) sleep-mode allocators: an engine that
+# sleeps so something else can have its GPU memory between rollouts, a trainer driving it
+_SLEEP_MODE = ("cumem_allocator", "torch_memory_saver")
 # a trainer's settings that drive a vLLM engine of its own
 # (verl's actor_rollout_ref is the hybrid engine: the actor and its rollout share the GPUs)
 _TRAINER_VLLM = ("use_vllm", "vllm_gpu_memory_utilization", "vllm_mode", "rollout.name=vllm",

@@ -751,8 +751,10 @@ def _tiny_fit(f: Facts, s: Sizing | None) -> str | None:
     shorter --max-model-len 'fits' but serves nothing; what takes the budget is the cause."""
     fit = f.estimated_max_model_len or (s.max_model_len_that_fits if s else None)
     want = f.max_model_len or _extra(s, "target_max_model_len")
-    if not fit or not want or fit >= TINY_CONTEXT or fit * 8 > want:
+    if not fit or not want or fit >= TINY_CONTEXT or want <= fit:
         return None
+    if fit * 8 > want and want > TINY_CONTEXT:
+        return None  # a long context that fits in part: the length is the lever
     return (f"only {fit:,} tokens of KV cache fit where max_model_len asks {want:,}: the "
             "budget is spent before the KV cache, so a shorter context is no real fix")
 
