@@ -325,7 +325,8 @@ def _joiner(prev: _Piece | None, piece: _Piece, w: _Widths, words: frozenset[str
             body.startswith(("Traceback (", "File \""))):
         return _glue(before, body, words)  # cut at the width
     if (at == w.longest >= _MIN_WIDTH and _inside_text(before, body)
-            and not (_RECORD.match(body) or _STANDALONE.match(body))):
+            and not (_RECORD.match(body) or (_STANDALONE.match(body)
+                                             and not _rejoins_word(before, body, words)))):
         return _glue(before, body, words)  # the one long line of the paste, cut
     if body[0].isspace() or _STANDALONE.match(before):
         return None
@@ -340,6 +341,16 @@ def _joiner(prev: _Piece | None, piece: _Piece, w: _Widths, words: frozenset[str
     if _RECORD.match(body) or _STANDALONE.match(body):
         return None
     return _reflow_glue(before, body, words)
+
+
+def _rejoins_word(before: str, after: str, words: frozenset[str]) -> bool:
+    """Whether the cut fell inside a word: the halves make one the vocabulary knows and the
+    second is none on its own ("tile_n_siz|e = 64", which alone reads as a setting)."""
+    a, b = _TAIL_WORD.search(before), _HEAD_WORD.match(after)
+    if a is None or b is None:
+        return False
+    left, right = a.group().split("_")[-1].lower(), b.group().lower()
+    return left + right in words and right not in words
 
 
 def _reflow_glue(before: str, after: str, words: frozenset[str]) -> str:

@@ -201,3 +201,12 @@ def test_screenshots_of_one_length_are_no_wrap_width() -> None:
     lines = unwrap(text).text.splitlines()
     assert lines[-1] == "### 当 max_model_len <= 16384 (16k，精确数值未测) ，成功启动"
     assert len(lines) == 4
+
+
+def test_a_word_cut_into_what_reads_as_a_setting_is_rejoined() -> None:
+    # GLM-4.5#94 cut at 120 columns under a logger's prefix: "tile_n_siz|e = 64" alone
+    # would read as a key = value line
+    line = ("(EngineCore_DP0 pid=65064) ERROR 11-30 10:00:01 [core.py:700] RuntimeError: size_n "
+            "= 2736 is not divisible by tile_n_size = 64")
+    pasted = line[:120] + "\n" + line[120:]
+    assert unwrap(pasted, frozenset({"size"})).text == line + "\n"
