@@ -351,10 +351,13 @@ class Matcher:
         hardware problem, or a cause such as the host's OOM killer or heads not divisible by
         the TP size, in a log line or in the user's words."""
         kb = self.compiled.kb
-        for sig_id in self.hits:
+        for sig_id, seen in self.hits.items():
             owner = self._owner[sig_id]
-            if owner.sig.in_paste:
-                continue  # a reading that leans on the rest of the paste ("it hangs") names none
+            if owner.sig.in_paste or owner.sig.kind == "info" or all(h.kind == "info"
+                                                                     for h in seen):
+                # a reading that leans on the rest of the paste ("it hangs"), or a line the
+                # program logged for information, names no failure
+                continue
             if owner.of_cause:
                 if not kb.causes[owner.owner].memory:
                     return True

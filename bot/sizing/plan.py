@@ -102,6 +102,14 @@ def plan(kb: KB, problems: list[ProblemMatch], facts: Facts,
                 sizing.notes.append(why)
     live = [sc for sc in ranked if sc.ruled_out is None]
     shown = [sc for sc in live if sc.supported][:MAX_CAUSES]
+    listed = [set(kb.problems[p.id].causes) if p.id in kb.problems else set() for p in problems]
+    if shown and listed and listed[0] and all(
+            sc.cause.id not in listed[0] and any(sc.cause.id in o for o in listed[1:])
+            for sc in shown):
+        # the evidence explains only a side finding (a fallback kernel's warning beside a KV
+        # error): the top problem's likeliest causes still come first, as possible
+        shown = [*[sc for sc in live if sc.cause.id in listed[0]][:UNDECIDED_CAUSES],
+                 *shown][:MAX_CAUSES]
     if not shown:
         shown = live[:UNDECIDED_CAUSES]
     values = template_values(facts, sizing, model_config)

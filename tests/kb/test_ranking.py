@@ -47,13 +47,19 @@ def test_the_same_message_as_the_error_that_ended_the_process_is_the_problem(
     assert match_problems(compiled, line)[:1] == ["nvidia-driver-failure"]
 
 
-def test_a_performance_warning_alone_is_a_performance_finding(compiled: CompiledKB) -> None:
-    assert match_problems(compiled, FP8_FALLBACK_ALONE) == ["low-throughput"]
+def test_the_fp8_fallback_warning_alone_says_the_gpu_lacks_fp8(compiled: CompiledKB) -> None:
+    assert match_problems(compiled, FP8_FALLBACK_ALONE) == ["unsupported-hardware-or-dtype"]
 
 
-def test_a_performance_warning_before_a_failure_is_beside_the_point(
+def test_with_a_speed_complaint_it_is_a_throughput_finding(compiled: CompiledKB) -> None:
+    said = "Since switching to the FP8 checkpoint the throughput is very low.\n"
+    assert match_problems(compiled, said + FP8_FALLBACK_ALONE)[:1] == ["low-throughput"]
+
+
+def test_a_performance_complaint_before_a_failure_is_beside_the_point(
         compiled: CompiledKB) -> None:
-    assert "low-throughput" not in match_problems(compiled, FP8_FALLBACK_THEN_FAILURE)
+    said = "Since switching to the FP8 checkpoint the throughput is very low.\n"
+    assert "low-throughput" not in match_problems(compiled, said + FP8_FALLBACK_THEN_FAILURE)
 
 
 # vllm#9920, in words: the hang is NCCL's only when the paste shows NCCL at all
