@@ -45,6 +45,8 @@ FAILURE_MARKS = (*EXCEPTION_MARKS, "Traceback (most recent call last)", "failed 
 # WARNING ("Failed to import from vllm._C with ImportError('libcuda.so.1: ...')") is not what
 # ended it, whatever its words.
 _LOW_LEVEL = LazyPattern(r"^.{0,100}?\b(?:(?P<low>INFO|WARNING|WARN|DEBUG)|ERROR|CRITICAL|FATAL)\b")
+# a traceback's source line ("raise RuntimeError(error_msg)"): the code, not the error
+_SOURCE_LINE = LazyPattern(r"\braise [\w.]{0,60}(?:Error|Exception)\b")
 # exceptions that only report another process's failure ("See root cause above")
 _WRAPPER = LazyPattern(r"Engine core initialization failed|See root cause above|"
                        r"Error executing method|(?:failed|dead)[,.]? {0,2}terminating")
@@ -205,7 +207,8 @@ class Matcher:
         if not self._failed and any(m in present for m in FAILURE_MARKS) and not is_prose(text):
             self._failed = True
         if (not self._exception_shown and any(m in present for m in EXCEPTION_MARKS)
-                and not _WRAPPER.search(text) and not is_prose(text)):
+                and not _WRAPPER.search(text) and not _SOURCE_LINE.search(text)
+                and not is_prose(text)):
             self._exception_shown = True
         for anchor in present:
             for i in comp.ctx_by_anchor.get(anchor, ()):
