@@ -317,9 +317,9 @@ def run_all(*, http: bool, slack_timeout_s: float = SLACK_TIMEOUT_S) -> list[Fin
     for area, check in checks:
         try:
             findings += check()
-        except ImportError as exc:  # the core install lacks Slack, SQLAlchemy or paramiko
+        except ImportError as exc:  # a broken install: a dependency removed after the fact
             findings.append(Finding("fail", area, f"cannot check: {exc.name or exc} is not "
-                                    "installed (pip install 'inferbot[all]')"))
+                                    "installed (pip install --force-reinstall inferbot)"))
     return findings
 
 
