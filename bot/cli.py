@@ -284,7 +284,14 @@ def cmd_check(args: argparse.Namespace) -> int:
     import getpass
     from pathlib import Path
 
-    from bot.collect.inventory import LOCAL_NAME, InventoryError, load_inventory, valid_name
+    from bot.collect.inventory import (
+        EXAMPLE,
+        LOCAL_NAME,
+        InventoryError,
+        InventoryMissing,
+        load_inventory,
+        valid_name,
+    )
     from bot.collect.runner import audit, check_hosts
     from bot.diagnose import diagnose
     from bot.render.text import render
@@ -297,6 +304,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     if any(n != LOCAL_NAME and valid_name(n) for n in names):
         try:
             inventory = load_inventory(Path(args.inventory) if args.inventory else None)
+        except InventoryMissing as exc:
+            raise UsageError(f"{one_line(exc)}; the smallest one:\n{EXAMPLE}") from None
         except InventoryError as exc:
             raise UsageError(one_line(exc)) from None
     snaps = check_hosts(names, inventory, deadline_s=args.deadline)
@@ -324,11 +333,13 @@ def cmd_check(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(json.dumps({"hosts": report}, indent=2, ensure_ascii=False) + "\n")
     sys.stdout.flush()
-    refused = [s.error for s in snaps if s.error and s.error.startswith("refused ")]
-    for reason in refused:  # bad usage: one line each on stderr too, as every command does
-        sys.stderr.write(f"inferbot: {reason}\n")
-    if refused:
-        return EXIT_USAGE
+    # Every host not collected is one line on stderr too, as every command says its errors.
+    for snap in snaps:
+        if snap.error:
+            named = snap.error.startswith(("refused ", f"{snap.host}:"))
+            sys.stderr.write(f"inferbot: {'' if named else snap.host + ': '}{snap.error}\n")
+    if any(s.error and s.error.startswith("refused ") for s in snaps):
+        return EXIT_USAGE  # bad usage
     return EXIT_FAIL if any(s.error for s in snaps) else EXIT_OK
 
 

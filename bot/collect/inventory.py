@@ -52,8 +52,18 @@ HostName = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
 Token = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9@._:/+-]{1,200}$")]
 
 
+# The smallest useful inventory, shown where there is none (host keys come from
+# ~/.ssh/known_hosts unless `known_hosts:` says otherwise). A test loads it as an inventory.
+EXAMPLE = """hosts:
+  - {name: gpu-07, address: 10.0.0.7, user: inferbot, key: ~/.ssh/id_ed25519}"""
+
+
 class InventoryError(Exception):
     """The inventory cannot be used (missing, invalid). `str()` names the file and line."""
+
+
+class InventoryMissing(InventoryError):
+    """There is no inventory file at all: the first thing a new user meets."""
 
 
 class HostRefused(Exception):
@@ -236,8 +246,8 @@ def load_inventory(path: Path | None = None) -> Inventory:
     """Read and validate the inventory; errors name the file and the line."""
     p = path or default_path()
     if not p.is_file():
-        raise InventoryError(f"no inventory at {p}: create it (see `inferbot check --help`) "
-                             "or set INFERBOT_INVENTORY")
+        raise InventoryMissing(f"no inventory at {p}: create it (the README's \"Inventory "
+                               "and known_hosts\" has every field) or set INFERBOT_INVENTORY")
     try:
         data = load(p).validate(InventoryFile)
     except KBError as exc:

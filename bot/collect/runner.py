@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import shutil
 import threading
 import time
 import uuid
@@ -233,6 +234,12 @@ def collect_ssh(target: Target, deadline: float, sessions: dict[str, Any]) -> Sn
     return snap
 
 
+# This machine has neither NVML nor nvidia-smi: there is no GPU state to read at all.
+NO_DRIVER = ("no NVIDIA driver on this machine (neither libnvidia-ml.so.1 nor nvidia-smi "
+             "found): install the NVIDIA driver (it brings both), or check a GPU host over SSH "
+             "with `inferbot check HOST`")
+
+
 def collect_local(deadline: float, nvml: Any = None) -> Snapshot:
     """This machine: NVML when it is there, else the nvidia-smi catalog run locally."""
     started = time.monotonic()
@@ -241,6 +248,9 @@ def collect_local(deadline: float, nvml: Any = None) -> Snapshot:
     try:
         reading = read_nvml(nvml if nvml is not None else load_pynvml())
     except (NvmlUnavailable, ImportError) as exc:
+        if shutil.which("nvidia-smi") is None:
+            snap.error = NO_DRIVER
+            return snap
         reading = None
         snap.unread.append(f"{str(exc).splitlines()[0]}; read GPU state with nvidia-smi instead")
     collect(snap, LocalExecutor(), deadline, LogSource(), reading)

@@ -475,13 +475,33 @@ class SlackBot:
         self.worker.pool.shutdown(wait=True)
 
 
+def missing_tokens(settings: Settings, *, http: bool) -> list[str]:
+    """The variables `inferbot serve` needs in this mode and does not have: the bot token
+    always, the app-level token for Socket Mode, the signing secret for HTTP mode."""
+    needed = {"SLACK_BOT_TOKEN": settings.bot_token,
+              "SLACK_SIGNING_SECRET" if http else "SLACK_APP_TOKEN":
+              settings.signing_secret if http else settings.app_token}
+    return [name for name, value in needed.items() if value is None]
+
+
+def require_tokens(settings: Settings, *, http: bool) -> None:
+    """Every missing variable in one line, before Slack is contacted, with where to find the
+    values (ValueError: the CLI's exit 2)."""
+    missing = missing_tokens(settings, http=http)
+    if not missing:
+        return
+    mode = ("HTTP mode needs SLACK_BOT_TOKEN and SLACK_SIGNING_SECRET" if http else
+            "Socket Mode needs SLACK_BOT_TOKEN and SLACK_APP_TOKEN; `serve --http` needs "
+            "SLACK_SIGNING_SECRET instead of the app token")
+    raise ValueError(f"not set: {', '.join(missing)} ({mode}); the README's section "
+                     '"Slack", "Create the app", says where each value is')
+
+
 def build(settings: Settings, *, http: bool) -> SlackBot:
-    """The Bolt app with every listener. HTTP mode verifies signatures (the secret is
-    required); Socket Mode needs none."""
-    if settings.bot_token is None:
-        raise ValueError("no bot token: set SLACK_BOT_TOKEN (or INFERBOT_BOT_TOKEN)")
-    if http and settings.signing_secret is None:
-        raise ValueError("HTTP mode needs the signing secret (set SLACK_SIGNING_SECRET)")
+    """The Bolt app with every listener, once the mode's tokens are all there. HTTP mode
+    verifies signatures; Socket Mode needs no secret but the app-level token."""
+    require_tokens(settings, http=http)
+    assert settings.bot_token is not None  # require_tokens said so
     quiet_library_logs()
     client = web_client(settings)
     try:  # Bolt checks the token with auth.test here
@@ -648,8 +668,8 @@ def socket_mode(app: App, settings: Settings) -> Any:
     """The Socket Mode handler (call `.start()` to block, `.connect()` to run in background)."""
     from slack_bolt.adapter.socket_mode import SocketModeHandler
 
-    if settings.app_token is None:
-        raise ValueError("Socket Mode needs the app-level token: set SLACK_APP_TOKEN")
+    require_tokens(settings, http=False)
+    assert settings.app_token is not None  # require_tokens said so
     return SocketModeHandler(app, app_token=settings.app_token.get_secret_value())
 
 

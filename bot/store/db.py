@@ -103,7 +103,13 @@ def make_engine(url: str) -> Engine:
     connect_args: dict[str, Any] = {}
     if parsed.get_backend_name() == "postgresql":
         connect_args["connect_timeout"] = PG_CONNECT_TIMEOUT_S
-    return create_engine(parsed, pool_pre_ping=True, connect_args=connect_args)
+    try:  # the driver is imported here; psycopg raises ImportError when libpq will not load
+        return create_engine(parsed, pool_pre_ping=True, connect_args=connect_args)
+    except ImportError as exc:
+        raise StoreUnavailable(
+            f"{parsed.get_backend_name()} URLs need psycopg with libpq, which did not load "
+            f"({one_line(exc)}): pip install 'psycopg[binary]' (libpq included), or install "
+            "libpq itself (Debian and Ubuntu: apt-get install libpq5)") from None
 
 
 def _sqlite_on_connect(dbapi_connection: Any, _record: Any) -> None:

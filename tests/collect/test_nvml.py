@@ -3,7 +3,10 @@ pynvml on this machine (no driver: LibraryNotFound, so the nvidia-smi fallback i
 
 from __future__ import annotations
 
+import os
+import shutil
 import time
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -11,9 +14,11 @@ import pynvml
 import pytest
 
 from bot.collect.nvml import DRIVER_DOWN, NvmlUnavailable, read_nvml
-from bot.collect.runner import check_hosts, collect_local
+from bot.collect.runner import NO_DRIVER, check_hosts, collect_local
 
 GIB = 1 << 30
+STANDINS = Path(__file__).parent / "standins"
+DATA = Path(__file__).parent / "data"
 
 
 class FakeNvml:
@@ -183,15 +188,32 @@ def test_nvml_failure_is_diagnosed_as_driver_failure() -> None:
     assert d.problems and d.problems[0].id == "nvidia-driver-failure"
 
 
-def test_this_machine_has_no_nvml_and_falls_back_to_nvidia_smi() -> None:
-    """The real pynvml here: no libnvidia-ml.so.1, so LibraryNotFound, then nvidia-smi; and
-    the snapshot says what it could not read instead of failing."""
+def test_this_machine_has_no_nvml_and_falls_back_to_nvidia_smi(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real pynvml here: no libnvidia-ml.so.1, so LibraryNotFound, then nvidia-smi (the
+    stand-in, on PATH); the snapshot says what it could not read instead of failing."""
     with pytest.raises(pynvml.NVMLError_LibraryNotFound):
         pynvml.nvmlInit()
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    shutil.copy(STANDINS / "nvidia-smi", smi)
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("INFERBOT_TEST_SCENARIO", str(DATA / "scenarios" / "kv"))
     [snap] = check_hosts(["localhost"], None, deadline_s=20)
     assert snap.method == "local" and snap.error is None
     assert snap.unread[0].startswith("NVML: NVML Shared Library Not Found")
     assert "read GPU state with nvidia-smi instead" in snap.unread[0]
-    assert snap.commands[0].id == "nvidia-smi-query-gpu"  # the fallback ran
-    if snap.commands[0].rc == 127:  # no nvidia-smi either: said, not hidden
-        assert any(u.startswith("GPU memory:") and "exited 127" in u for u in snap.unread)
+    assert snap.commands[0].id == "nvidia-smi-query-gpu" and snap.commands[0].rc == 0
+    assert snap.gpu is not None and snap.gpu.physical
+
+
+def test_no_driver_at_all_is_one_line_saying_what_to_install(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Neither NVML nor nvidia-smi (this machine, with nothing added to PATH): nothing is run,
+    and the reason says to install the driver."""
+    monkeypatch.setenv("PATH", str(tmp_path))
+    [snap] = check_hosts(["localhost"], None, deadline_s=20)
+    assert snap.error == NO_DRIVER and "install the NVIDIA driver" in snap.error
+    assert not snap.commands

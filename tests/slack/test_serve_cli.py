@@ -38,8 +38,11 @@ def test_serve_http_without_the_signing_secret_is_a_usage_error(fake: FakeSlack,
     done = subprocess.run([sys.executable, "-m", "bot.cli", "serve", "--http", "--port", "0"],
                           cwd=ROOT, env=e, capture_output=True, text=True, timeout=30)
     assert done.returncode == 2
-    assert done.stderr.strip() == ("inferbot: HTTP mode needs the signing secret (set "
-                                   "SLACK_SIGNING_SECRET)")
+    assert done.stderr.strip() == (
+        "inferbot: not set: SLACK_SIGNING_SECRET (HTTP mode needs SLACK_BOT_TOKEN and "
+        'SLACK_SIGNING_SECRET); the README\'s section "Slack", "Create the app", says where '
+        "each value is")
+    assert not fake.recorder.of("auth.test")  # refused before Slack was contacted
 
 
 @pytest.mark.slow
