@@ -40,6 +40,14 @@ def data_dir() -> Path:
     return root / "inferbot"
 
 
+# The database URL schemes inferbot works with (bot.store.db maps the PostgreSQL spellings to
+# psycopg 3). Anything else is refused by name, before a driver is looked for: `mysql://` is
+# "not supported", never "no module named MySQLdb".
+DATABASE_SCHEMES = ("sqlite", "postgresql", "postgres", "postgresql+psycopg",
+                    "postgresql+psycopg2")
+DATABASE_URL_FORMS = "sqlite:///PATH or postgresql://USER:PASSWORD@HOST/DB"
+
+
 def _default_database_url() -> str:
     return f"sqlite:///{data_dir() / 'inferbot.db'}"
 
@@ -109,6 +117,34 @@ class Settings(BaseSettings):
         value = value.strip()
         return value.lower() if info.field_name == "log_format" else value.upper()
 
+    @field_validator("database_url")
+    @classmethod
+    def _supported_database(cls, value: str) -> str:
+        scheme, sep, rest = value.strip().partition("://")
+        if not sep or not scheme:
+            raise ValueError(f"not a database URL: expected {DATABASE_URL_FORMS}")
+        if scheme.lower() not in DATABASE_SCHEMES:
+            import difflib
+
+            near = difflib.get_close_matches(scheme.lower(), DATABASE_SCHEMES, n=1)
+            hint = f" (did you mean {near[0]}://?)" if near else ""
+            raise ValueError(f"unsupported scheme {scheme}://{hint}: supported are sqlite:// "
+                             f"and postgresql:// (also postgres://), e.g. {DATABASE_URL_FORMS}")
+        if scheme.lower() == "sqlite" and not rest.startswith("/"):
+            raise ValueError("an SQLite URL has three slashes and a path: sqlite:///PATH")
+        return value.strip()
+
+    @field_validator("slack_api_url")
+    @classmethod
+    def _web_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        scheme, sep, rest = value.strip().partition("://")
+        if scheme.lower() not in ("http", "https") or not sep or not rest.split("/")[0]:
+            raise ValueError("expected an http:// or https:// URL of the Slack Web API, "
+                             "e.g. https://slack.com/api/")
+        return value.strip()
+
     @field_validator("allowed_users", "allowed_usergroups", "allowed_channels", mode="before")
     @classmethod
     def _comma_list(cls, value: object) -> object:
@@ -130,6 +166,12 @@ def describe_errors(exc: ValidationError) -> list[str]:
     """One line per invalid setting, naming its variable and what is expected, e.g.
     `INFERBOT_WORKERS=abc: expected a whole number`. pydantic's own text names
     the Python field and spans lines; an operator edits environment variables, not fields."""
+    return [line for _field, line in invalid_settings(exc)]
+
+
+def invalid_settings(exc: ValidationError) -> list[tuple[str, str]]:
+    """(field, line) for each invalid setting: the line as `describe_errors` gives it, and the
+    Settings field it is about, for callers that skip what depends on that field."""
     lines = []
     for err in exc.errors(include_url=False):
         field = str(err["loc"][0]) if err["loc"] else ""
@@ -143,7 +185,11 @@ def describe_errors(exc: ValidationError) -> list[str]:
         value = os.environ.get(name, err.get("input"))
         shown = f"={value}" if isinstance(value, str | int | float) and not isinstance(
             value, bool) and "token" not in field and "secret" not in field else ""
-        lines.append(f"{name}{shown}: {_expected(err)}")
+        if "://" in shown:  # a URL may carry a password
+            from bot.evidence.redact import redact
+
+            shown = redact(shown)
+        lines.append((field, f"{name}{shown}: {_expected(err)}"))
     return lines
 
 
@@ -160,6 +206,8 @@ def _expected(err: ErrorDetails) -> str:
         return f"expected a number {word} {bound}"
     if kind == "literal_error":
         return f"expected one of {ctx.get('expected', '')}"
+    if kind == "value_error" and "error" in ctx:  # a validator's own words
+        return str(ctx["error"])
     return f"{err['msg'][0].lower()}{err['msg'][1:]}" if err["msg"] else "invalid"
 
 

@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from bot.config import CONFIG_VARIABLE, Settings, config_file, describe_errors, env_names
+from bot.config import CONFIG_VARIABLE, Settings, config_file, env_names, invalid_settings
 
 Level = Literal["ok", "warn", "fail"]
 SLACK_TIMEOUT_S = 5
@@ -33,6 +33,7 @@ class Finding:
     level: Level
     area: str  # "config", "tokens", "slack", "database", "spool", "inventory", "kb"
     message: str
+    setting: str | None = None  # the Settings field an invalid-variable finding is about
 
     def line(self) -> str:
         return f"{self.level.upper():4} {self.area}: {self.message}"
@@ -53,8 +54,8 @@ def load_settings() -> tuple[Settings, list[Finding]]:
         return Settings(), [*sources, Finding("ok", "config",
                                               "every INFERBOT_* variable is valid")]
     except ValidationError as exc:
-        findings = [*sources, *(Finding("fail", "config", line)
-                                for line in describe_errors(exc))]
+        findings = [*sources, *(Finding("fail", "config", line, setting=field)
+                                for field, line in invalid_settings(exc))]
         bad = {str(e["loc"][0]) for e in exc.errors() if e["loc"]}
         defaults: dict[str, Any] = {}
         for name, info in Settings.model_fields.items():
@@ -189,7 +190,10 @@ def check_database(settings: Settings) -> list[Finding]:
     if path is not None and not path.exists():
         return [Finding("warn", "database", f"{shown} does not exist yet: it is created on "
                         "first use, or now with `inferbot db upgrade`")]
-    engine = make_engine(settings.database_url)
+    try:
+        engine = make_engine(settings.database_url)
+    except StoreUnavailable as exc:  # the driver itself did not load: already what to install
+        return [Finding("fail", "database", f"{var}: {exc}")]
     try:
         with connectivity(), engine.connect() as conn:
             rev = current_revision(conn)
@@ -306,15 +310,20 @@ def check_kb(settings: Settings) -> list[Finding]:
 def run_all(*, http: bool, slack_timeout_s: float = SLACK_TIMEOUT_S) -> list[Finding]:
     """Every check, in the order an operator fixes things."""
     settings, findings = load_settings()
-    checks: list[tuple[str, Callable[[], list[Finding]]]] = [
-        ("tokens", lambda: check_tokens(settings, http=http)),
-        ("slack", lambda: check_slack(settings, slack_timeout_s)),
-        ("database", lambda: check_database(settings)),
-        ("spool", lambda: check_spool(settings)),
-        ("inventory", lambda: check_inventory(settings)),
-        ("kb", lambda: check_kb(settings)),
+    invalid = {f.setting for f in findings if f.setting}
+    # (area, the setting it reads, the check): a check whose setting is invalid is skipped,
+    # since it would only report on the default that stands in for it.
+    checks: list[tuple[str, str | None, Callable[[], list[Finding]]]] = [
+        ("tokens", None, lambda: check_tokens(settings, http=http)),
+        ("slack", "slack_api_url", lambda: check_slack(settings, slack_timeout_s)),
+        ("database", "database_url", lambda: check_database(settings)),
+        ("spool", "spool_dir", lambda: check_spool(settings)),
+        ("inventory", "inventory", lambda: check_inventory(settings)),
+        ("kb", "kb_path", lambda: check_kb(settings)),
     ]
-    for area, check in checks:
+    for area, setting, check in checks:
+        if setting in invalid:
+            continue
         try:
             findings += check()
         except ImportError as exc:  # a broken install: a dependency removed after the fact

@@ -21,6 +21,7 @@ from bot.doctor import (
     check_tokens,
     failed,
     load_settings,
+    run_all,
 )
 from tests.slack.conftest import ROOT, serve_env
 from tests.slack.fakes import APP_TOKEN, BOT_TOKEN, FakeSlack
@@ -162,3 +163,39 @@ def test_incidents_waiting_in_the_spool_are_reported(tmp_path: Path) -> None:
     [finding] = check_spool(settings)
     assert finding.level == "warn" and "INFERBOT_SPOOL_DIR" in finding.message
     assert "1 incident(s) wait" in finding.message
+
+
+@pytest.mark.parametrize(("url", "words"), [
+    ("mysql://u@db.example.com/inferbot", ["unsupported scheme mysql://"]),
+    ("mongodb://db.example.com/inferbot", ["unsupported scheme mongodb://"]),
+    ("postgresq://u:pw@db/inferbot", ["postgresq://", "did you mean postgresql://?"]),
+    ("db.example.com/inferbot", ["not a database URL"]),
+])
+def test_an_unsupported_database_url_is_named_with_the_schemes_that_work(
+        url: str, words: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("INFERBOT_DATABASE_URL", url)
+    _settings, findings = load_settings()
+    [config] = [f for f in findings if f.level == "fail"]
+    assert config.message.startswith("INFERBOT_DATABASE_URL=")
+    assert all(w in config.message for w in words), config.message
+    assert "sqlite:///PATH or postgresql://" in config.message
+    assert "pw@" not in config.message  # a password in the URL is never shown
+    assert "driver" not in config.message and "module" not in config.message
+
+
+def test_a_check_whose_variable_is_invalid_is_not_run_on_the_default(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The invalid variable is the finding; the default that stands in for it (the SQLite
+    file, slack.com) is not checked as if it were the configuration."""
+    monkeypatch.setenv("INFERBOT_DATABASE_URL", "mysql://u@db.example.com/inferbot")
+    monkeypatch.setenv("INFERBOT_SLACK_API_URL", "slack.com/api")
+    monkeypatch.setenv("SLACK_BOT_TOKEN", BOT_TOKEN)
+    findings = run_all(http=True, slack_timeout_s=0.5)
+    assert fails([f for f in findings if f.area == "config"]) == [
+        "INFERBOT_DATABASE_URL=mysql://u@db.example.com/inferbot: unsupported scheme mysql://: "
+        "supported are sqlite:// and postgresql:// (also postgres://), e.g. sqlite:///PATH or "
+        "postgresql://USER:PASSWORD@HOST/DB",
+        "INFERBOT_SLACK_API_URL=slack.com/api: expected an http:// or https:// URL of the "
+        "Slack Web API, e.g. https://slack.com/api/"]
+    assert not [f for f in findings if f.area in ("database", "slack")]
+    assert {"spool", "inventory", "kb"} <= {f.area for f in findings}
