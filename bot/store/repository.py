@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import random
-import re
 import time
 import uuid
 from collections.abc import Callable
@@ -32,7 +31,6 @@ from sqlalchemy import (
     insert,
     select,
     table,
-    text,
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
@@ -53,6 +51,7 @@ from bot.store.db import (
     migrate,
     write_engine,
 )
+from bot.store.search import Search, fts5_match, pg_search_ids, search_terms
 from bot.store.tables import (
     EXCERPT_MAX_CHARS,
     FTS_TABLE,
@@ -462,63 +461,6 @@ def drain(engine: Engine, settings: Settings | None = None) -> int:
 # --------------------------------------------------------------------------- history
 
 
-def search_terms(search: str) -> list[list[str]]:
-    """User text -> words -> tokens, tokenized as both text indexes tokenize (runs of letters
-    and digits). Every word must appear; a word of several tokens (`max-model-len`, `7.5`)
-    must appear as that phrase. Nothing the user types is ever query syntax."""
-    words = (re.findall(r"[^\W_]+", w.lower()) for w in search.split())
-    return [w for w in words if w]
-
-
-def _fts5_query(terms: list[list[str]]) -> str:
-    return " ".join('"' + " ".join(tokens) + '"' for tokens in terms)
-
-
-def _pg_tsquery(terms: list[list[str]]) -> str:
-    return " & ".join("(" + " <-> ".join(f"'{t}'" for t in tokens) + ")" for tokens in terms)
-
-
-# PostgreSQL search, first pass: the newest rows scanned in id order, stopping at `limit`
-# matches. Bounded work however common or rare the words are.
-PG_SEARCH_RECENT_ROWS = 5_000
-
-
-def _pg_search_ids(
-    conn: Connection, where: list[ColumnElement[bool]], tsquery: str, limit: int, join: bool
-) -> list[int]:
-    """Ids of matching events, newest first, in bounded time on millions of rows.
-
-    A GIN index cannot return rows in order, so "the newest 50 matches" is either a walk down
-    the primary key checking each row (fast when matches are common, a full scan when they are
-    rare) or a GIN bitmap of every match, then a sort (fast when rare, slow when common). The
-    planner picks from estimates that are often wrong for multi-word log text, so the choice is
-    made here from facts: walk the newest PG_SEARCH_RECENT_ROWS rows; if that finds `limit`
-    matches, done; otherwise the words are rare, and the GIN bitmap over the older rows is small.
-    """
-    E = IncidentEvent
-    match = text("incident_events.search_tsv @@ to_tsquery('simple', :tsq)").bindparams(tsq=tsquery)
-    base = select(E.id)
-    if join:
-        base = base.join(IncidentGroup, IncidentGroup.id == E.group_id)
-    base = base.where(*where, match)
-    newest = conn.execute(select(func.max(E.id))).scalar()
-    if newest is None:
-        return []
-    lo = newest - PG_SEARCH_RECENT_ROWS
-    conn.execute(text("SET LOCAL enable_bitmapscan = off"))
-    ids = list(conn.execute(base.where(E.id > lo).order_by(E.id.desc()).limit(limit)).scalars())
-    if len(ids) < limit:
-        conn.execute(text("SET LOCAL enable_bitmapscan = on"))
-        conn.execute(text("SET LOCAL enable_indexscan = off"))
-        conn.execute(text("SET LOCAL enable_seqscan = off"))
-        older = base.where(E.id <= lo).order_by(E.id.desc()).limit(limit - len(ids))
-        ids += conn.execute(older).scalars()
-        for setting in ("enable_indexscan", "enable_seqscan"):
-            conn.execute(text(f"SET LOCAL {setting} = on"))
-    conn.execute(text("SET LOCAL enable_bitmapscan = on"))
-    return ids
-
-
 def history(
     *,
     host: str | None = None,
@@ -568,39 +510,41 @@ def history(
         G.resolved_at,
     )
     where: list[ColumnElement[bool]] = []
-    if host:
-        where.append(E.host == host.strip().lower())
-    if problem:
-        where.append(E.problem_id == problem.strip())
-    if model:
-        where.append(E.model == model.strip())
-    if engine_version:
-        where.append(E.engine_version == engine_version.strip())
+    found = Search(search_terms(search or ""))
+    equal = {"host": (E.host, host and host.strip().lower()),
+             "problem": (E.problem_id, problem and problem.strip()),
+             "model": (E.model, model and model.strip()),
+             "engine_version": (E.engine_version, engine_version and engine_version.strip())}
+    for kind, (col, value) in equal.items():
+        if value:
+            where.append(col == value)
+            found.facets[kind] = value
     if status:
         where.append(G.status == status)
     if group_id is not None:
         where.append(E.group_id == group_id)
     if since is not None:
-        where.append(E.created_at >= (parse_since(since) if isinstance(since, str) else since))
+        found.since = parse_since(since) if isinstance(since, str) else since
+        where.append(E.created_at >= found.since)
     if until is not None:
-        where.append(E.created_at < (parse_since(until) if isinstance(until, str) else until))
+        found.until = parse_since(until) if isinstance(until, str) else until
+        where.append(E.created_at < found.until)
     stmt = stmt.join(G, G.id == E.group_id).where(*where)
-    terms = search_terms(search or "")
-    if search and search.strip() and not terms:
+    if search and search.strip() and not found.terms:
         return []  # only punctuation: no token can match
     limit = max(1, min(limit, 10_000))
     with connectivity(), engine.connect() as conn:
-        if terms and engine.dialect.name == "sqlite":
+        if found.terms and engine.dialect.name == "sqlite":
             # FTS5 walks its index newest rowid first and stops at the limit.
             fts = table(FTS_TABLE, column("rowid"))
             stmt = (
                 stmt.join(fts, fts.c.rowid == E.id)
-                .where(text(f"{FTS_TABLE} MATCH :fts_q").bindparams(fts_q=_fts5_query(terms)))
+                .where(fts5_match(found, conn))
                 .order_by(fts.c.rowid.desc())
                 .limit(limit)
             )
-        elif terms:
-            ids = _pg_search_ids(conn, where, _pg_tsquery(terms), limit, join=status is not None)
+        elif found.terms:
+            ids = pg_search_ids(conn, where, found, limit, join=status is not None)
             stmt = stmt.where(E.id.in_(ids)).order_by(E.id.desc())
         else:
             stmt = stmt.order_by(E.created_at.desc(), E.id.desc()).limit(limit)

@@ -18,9 +18,9 @@ from bot.store import (
     history,
     record,
     record_command,
-    repository,
     resolve,
 )
+from bot.store import search as store_search
 from bot.store.db import get_engine
 from bot.store.repository import _write_event, build_entry
 from bot.store.tables import EXCERPT_MAX_CHARS, CommandAudit, Feedback, IncidentEvent
@@ -330,7 +330,7 @@ def test_unmatched_diagnosis_is_stored_too(settings: Settings) -> None:
 def test_text_search_on_old_rows(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
     """PostgreSQL's second pass (GIN bitmap over the older rows) gives the same answers."""
     ids = _seed(settings)
-    monkeypatch.setattr(repository, "PG_SEARCH_RECENT_ROWS", 1)
+    monkeypatch.setattr(store_search, "PG_WALK_ROWS", 1)
     assert _ids(history(search="cache blocks", settings=settings)) == [ids["b"], ids["a"]]
     assert _ids(history(search="memory", limit=2, settings=settings)) == [ids["d"], ids["b"]]
     assert _ids(history(search="memory", host="gpu-1", settings=settings)) == [ids["b"], ids["a"]]

@@ -1,0 +1,181 @@
+"""History text search that stays fast at millions of incidents, filters included.
+
+A text index alone answers "the newest 50 events with these words" quickly, but a search with a
+host, problem, model, version or time filter used to walk the index's matches newest first and
+check each one against the filter: for a host with a fraction of a percent of the events, that
+is tens of thousands of rows per answer. So the filters live inside the text index too, as
+*facet tokens* (migration 0003), and the index intersects them with the words itself:
+
+- `hostx<v>`, `problemx<v>`, `modelx<v>`, `versionx<v>`: the event's value, encoded as one
+  token (SQLite: hex of the UTF-8 bytes; PostgreSQL: md5, the encoding it can compute in a
+  generated column). An exact value, so the filter's own equality holds for every hit.
+- `dayx<YYYYMMDD>`, `monthx<YYYYMM>`, `yearx<YYYY>`: the UTC day, month and year of
+  `created_at`. A time window becomes the fewest buckets that cover it (whole years, whole
+  months, the days at the edges), OR'd. The buckets cover the window, so nothing in it is
+  missed; the exact `created_at` comparison still runs on every hit and drops the rest.
+
+SQLite keeps the facets in their own FTS5 column (`facets`), so a word of a paste can never
+match one; PostgreSQL gives them weight A and asks for `:A`. The filters' ordinary WHERE
+clauses stay in every query: the facets make it fast, the clauses keep it exact.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, timedelta
+
+from sqlalchemy import ColumnElement, TextClause, func, select, text
+from sqlalchemy.engine import Connection
+
+from bot.store.tables import FTS_TABLE, IncidentEvent, IncidentGroup
+
+# PostgreSQL search (pg_search_ids): the newest rows walked first, to see how common the
+# matches are; and what one candidate of the GIN bitmap costs (a heap visit out of order) in
+# rows walked in order, as measured at a million events (bench/bench_store.py).
+PG_WALK_ROWS = 1_000
+PG_BITMAP_ROW_COST = 4
+_FACET_PREFIX = {"host": "hostx", "problem": "problemx", "model": "modelx",
+                 "engine_version": "versionx"}
+
+
+def search_terms(search: str) -> list[list[str]]:
+    """User text -> words -> tokens, tokenized as both text indexes tokenize (runs of letters
+    and digits). Every word must appear; a word of several tokens (`max-model-len`, `7.5`)
+    must appear as that phrase. Nothing the user types is ever query syntax."""
+    words = (re.findall(r"[^\W_]+", w.lower()) for w in search.split())
+    return [w for w in words if w]
+
+
+def facet_token(kind: str, value: str, dialect: str) -> str:
+    """The index token for `kind` (host, problem, model, engine_version) equal to `value`."""
+    data = value.encode()
+    digest = data.hex() if dialect == "sqlite" else hashlib.md5(data).hexdigest()
+    return _FACET_PREFIX[kind] + digest
+
+
+def time_buckets(since: datetime, until: datetime) -> list[str]:
+    """The fewest day, month and year tokens whose union covers [since, until] (UTC)."""
+    first = since.astimezone(UTC).date()
+    last = until.astimezone(UTC).date()
+    return list(_cover(first, last))
+
+
+def _cover(first: date, last: date) -> Iterator[str]:
+    day = first
+    while day <= last:
+        if day.month == 1 and day.day == 1 and date(day.year, 12, 31) <= last:
+            yield f"yearx{day.year:04d}"
+            day = date(day.year + 1, 1, 1)
+        elif day.day == 1 and _month_end(day) <= last:
+            yield f"monthx{day.year:04d}{day.month:02d}"
+            day = _month_end(day) + timedelta(days=1)
+        else:
+            yield f"dayx{day:%Y%m%d}"
+            day += timedelta(days=1)
+
+
+def _month_end(day: date) -> date:
+    following = date(day.year + day.month // 12, day.month % 12 + 1, 1)
+    return following - timedelta(days=1)
+
+
+@dataclass
+class Search:
+    """One history search: the words, and the filters the index can apply as facets."""
+
+    terms: list[list[str]]
+    facets: dict[str, str] = field(default_factory=dict)  # kind -> value, as the filter has it
+    since: datetime | None = None
+    until: datetime | None = None
+
+    def fts5_query(self, conn: Connection) -> str:
+        """An FTS5 MATCH expression: the words in the text columns, facets in theirs."""
+        words = " ".join('"' + " ".join(tokens) + '"' for tokens in self.terms)
+        parts = [f"{{excerpt labels}} : ({words})"]
+        parts += [f"facets : {facet_token(k, v, 'sqlite')}" for k, v in self.facets.items()]
+        buckets = self._buckets(conn)
+        if buckets:
+            parts.append(f"facets : ({' OR '.join(buckets)})")
+        return " AND ".join(parts)
+
+    def pg_tsquery(self, conn: Connection) -> str:
+        """A to_tsquery('simple', ...) expression: phrases, then facets of weight A."""
+        parts = ["(" + " <-> ".join(f"'{t}'" for t in tokens) + ")" for tokens in self.terms]
+        parts += [f"'{facet_token(k, v, 'postgresql')}':A" for k, v in self.facets.items()]
+        buckets = self._buckets(conn)
+        if buckets:
+            parts.append("(" + " | ".join(f"'{b}':A" for b in buckets) + ")")
+        return " & ".join(parts)
+
+    def _buckets(self, conn: Connection) -> list[str]:
+        """The window's time buckets; an open end is closed at the oldest or newest event
+        (an index lookup each), so the buckets still cover every row the window admits."""
+        if self.since is None and self.until is None:
+            return []
+        created = IncidentEvent.created_at
+        lo = self.since or conn.execute(select(func.min(created))).scalar()
+        hi = self.until or conn.execute(select(func.max(created))).scalar()
+        if lo is None or hi is None or hi < lo:
+            return []
+        return time_buckets(lo, hi)
+
+
+def pg_search_ids(conn: Connection, where: list[ColumnElement[bool]], search: Search,
+                  limit: int, join: bool) -> list[int]:
+    """Ids of matching events, newest first, in bounded time on millions of rows.
+
+    A GIN index cannot return rows in order, so "the newest 50 matches" is either a walk down
+    the primary key checking each row (cost: the rows walked, so fast when matches are common)
+    or a GIN bitmap of every match, then a sort (cost: a heap visit per candidate, so fast when
+    matches are rare). The planner's estimates for correlated log words and facets are often
+    far off, so the choice is made from what a first walk over the newest PG_WALK_ROWS rows
+    observed: at that density, walking on to the rest of `limit` costs fewer rows than the
+    older matches' bitmap would (PG_BITMAP_ROW_COST each), or it does not.
+    """
+    E = IncidentEvent
+    match = text("incident_events.search_tsv @@ to_tsquery('simple', :tsq)").bindparams(
+        tsq=search.pg_tsquery(conn))
+    base = select(E.id)
+    if join:
+        base = base.join(IncidentGroup, IncidentGroup.id == E.group_id)
+    base = base.where(*where, match)
+    newest = conn.execute(select(func.max(E.id))).scalar()
+    if newest is None:
+        return []
+
+    def walk(lo: int, hi: int, k: int) -> list[int]:
+        rows = base.where(E.id > lo, E.id <= hi).order_by(E.id.desc()).limit(k)
+        return list(conn.execute(rows).scalars())
+
+    _plan(conn, bitmapscan="off")
+    ids = walk(newest - PG_WALK_ROWS, newest, limit)
+    hi = newest - PG_WALK_ROWS
+    need = limit - len(ids)
+    if ids and need:
+        density = len(ids) / PG_WALK_ROWS
+        more = int(1.5 * need / density)  # rows to walk for the rest, with a margin
+        if more < PG_BITMAP_ROW_COST * density * hi:  # cheaper than the older bitmap
+            ids += walk(hi - more, hi, need)
+            hi -= more
+    if len(ids) < limit and hi > 0:
+        _plan(conn, bitmapscan="on", indexscan="off", seqscan="off")
+        older = base.where(E.id <= hi).order_by(E.id.desc()).limit(limit - len(ids))
+        ids += conn.execute(older).scalars()
+        _plan(conn, indexscan="on", seqscan="on")
+    else:
+        _plan(conn, bitmapscan="on")
+    return ids
+
+
+def _plan(conn: Connection, **scans: str) -> None:
+    """Allow or forbid scan kinds for the rest of this transaction, in one round trip."""
+    calls = ", ".join(f"set_config('enable_{kind}', '{on}', true)" for kind, on in scans.items())
+    conn.execute(text(f"SELECT {calls}"))
+
+
+def fts5_match(search: Search, conn: Connection) -> TextClause:
+    """The SQLite MATCH clause for `search` (FTS5 walks it newest rowid first)."""
+    return text(f"{FTS_TABLE} MATCH :fts_q").bindparams(fts_q=search.fts5_query(conn))
