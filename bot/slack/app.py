@@ -478,10 +478,10 @@ class SlackBot:
 def missing_tokens(settings: Settings, *, http: bool) -> list[str]:
     """The variables `inferbot serve` needs in this mode and does not have: the bot token
     always, the app-level token for Socket Mode, the signing secret for HTTP mode."""
-    needed = {"SLACK_BOT_TOKEN": settings.bot_token,
-              "SLACK_SIGNING_SECRET" if http else "SLACK_APP_TOKEN":
-              settings.signing_secret if http else settings.app_token}
-    return [name for name, value in needed.items() if value is None]
+    mode = ("SLACK_SIGNING_SECRET", settings.signing_secret) if http else \
+        ("SLACK_APP_TOKEN", settings.app_token)
+    return [name for name, value in [("SLACK_BOT_TOKEN", settings.bot_token), mode]
+            if value is None]
 
 
 def require_tokens(settings: Settings, *, http: bool) -> None:
