@@ -518,7 +518,7 @@ def history(
     for kind, (col, value) in equal.items():
         if value:
             where.append(col == value)
-            found.facets[kind] = value
+            found.filter(kind, value)
     if status:
         where.append(G.status == status)
     if group_id is not None:

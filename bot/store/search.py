@@ -9,6 +9,9 @@ is tens of thousands of rows per answer. So the filters live inside the text ind
 - `hostx<v>`, `problemx<v>`, `modelx<v>`, `versionx<v>`: the event's value, encoded as one
   token (SQLite: hex of the UTF-8 bytes; PostgreSQL: md5, the encoding it can compute in a
   generated column). An exact value, so the filter's own equality holds for every hit.
+  `mvx<v>` is the model and the engine version together (`MODEL\nVERSION`): each alone is a
+  big share of a fleet's events, the pair a small one, and an index intersects one small list
+  faster than two big ones.
 - `dayx<YYYYMMDD>`, `monthx<YYYYMM>`, `yearx<YYYY>`: the UTC day, month and year of
   `created_at`. A time window becomes the fewest buckets that cover it (whole years, whole
   months, the days at the edges), OR'd. The buckets cover the window, so nothing in it is
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
@@ -37,8 +41,9 @@ from bot.store.tables import FTS_TABLE, IncidentEvent, IncidentGroup
 # rows walked in order, as measured at a million events (bench/bench_store.py).
 PG_WALK_ROWS = 1_000
 PG_BITMAP_ROW_COST = 4
+PG_COMMON = 0.25
 _FACET_PREFIX = {"host": "hostx", "problem": "problemx", "model": "modelx",
-                 "engine_version": "versionx"}
+                 "engine_version": "versionx", "model_version": "mvx"}
 
 
 def search_terms(search: str) -> list[list[str]]:
@@ -91,6 +96,13 @@ class Search:
     since: datetime | None = None
     until: datetime | None = None
 
+    def filter(self, kind: str, value: str) -> None:
+        """Add an equality filter as its facet (a model and a version make one pair)."""
+        self.facets[kind] = value
+        if "model" in self.facets and "engine_version" in self.facets:
+            pair = f"{self.facets.pop('model')}\n{self.facets.pop('engine_version')}"
+            self.facets["model_version"] = pair
+
     def fts5_query(self, conn: Connection) -> str:
         """An FTS5 MATCH expression: the words in the text columns, facets in theirs."""
         words = " ".join('"' + " ".join(tokens) + '"' for tokens in self.terms)
@@ -101,14 +113,28 @@ class Search:
             parts.append(f"facets : ({' OR '.join(buckets)})")
         return " AND ".join(parts)
 
-    def pg_tsquery(self, conn: Connection) -> str:
-        """A to_tsquery('simple', ...) expression: phrases, then facets of weight A."""
-        parts = ["(" + " <-> ".join(f"'{t}'" for t in tokens) + ")" for tokens in self.terms]
-        parts += [f"'{facet_token(k, v, 'postgresql')}':A" for k, v in self.facets.items()]
+    def pg_tsqueries(self, conn: Connection) -> tuple[str, str]:
+        """Two to_tsquery('simple', ...) expressions: the whole search (phrases, then facets
+        of weight A), and the part worth asking the GIN index. GIN reads the whole posting
+        list of every lexeme it is given, so a lexeme in more than PG_COMMON of the events
+        (a word on every log line, a facet of a big share) costs more than it narrows: it is
+        left to the recheck against the whole search."""
+        share = _lexeme_shares(conn)
+        whole, index = [], []
+        for tokens in self.terms:
+            whole.append("(" + " <-> ".join(f"'{t}'" for t in tokens) + ")")
+            index += [(share.get(t, 0.0), f"'{t}'") for t in tokens]
+        for kind, value in self.facets.items():
+            token = facet_token(kind, value, "postgresql")
+            whole.append(f"'{token}':A")
+            index.append((share.get(token, 0.0), f"'{token}'"))
         buckets = self._buckets(conn)
         if buckets:
-            parts.append("(" + " | ".join(f"'{b}':A" for b in buckets) + ")")
-        return " & ".join(parts)
+            whole.append("(" + " | ".join(f"'{b}':A" for b in buckets) + ")")
+            index.append((min(1.0, sum(share.get(b, 0.0) for b in buckets)),
+                          "(" + " | ".join(f"'{b}'" for b in buckets) + ")"))
+        narrow = [entry for fraction, entry in index if fraction < PG_COMMON]
+        return " & ".join(whole), " & ".join(narrow or [min(index)[1]])
 
     def _buckets(self, conn: Connection) -> list[str]:
         """The window's time buckets; an open end is closed at the oldest or newest event
@@ -136,18 +162,19 @@ def pg_search_ids(conn: Connection, where: list[ColumnElement[bool]], search: Se
     older matches' bitmap would (PG_BITMAP_ROW_COST each), or it does not.
     """
     E = IncidentEvent
+    whole, narrow = search.pg_tsqueries(conn)
     match = text("incident_events.search_tsv @@ to_tsquery('simple', :tsq)").bindparams(
-        tsq=search.pg_tsquery(conn))
+        tsq=whole)
     base = select(E.id)
     if join:
         base = base.join(IncidentGroup, IncidentGroup.id == E.group_id)
-    base = base.where(*where, match)
+    base = base.where(*where)
     newest = conn.execute(select(func.max(E.id))).scalar()
     if newest is None:
         return []
 
     def walk(lo: int, hi: int, k: int) -> list[int]:
-        rows = base.where(E.id > lo, E.id <= hi).order_by(E.id.desc()).limit(k)
+        rows = base.where(match, E.id > lo, E.id <= hi).order_by(E.id.desc()).limit(k)
         return list(conn.execute(rows).scalars())
 
     _plan(conn, bitmapscan="off")
@@ -162,12 +189,39 @@ def pg_search_ids(conn: Connection, where: list[ColumnElement[bool]], search: Se
             hi -= more
     if len(ids) < limit and hi > 0:
         _plan(conn, bitmapscan="on", indexscan="off", seqscan="off")
-        older = base.where(E.id <= hi).order_by(E.id.desc()).limit(limit - len(ids))
+        # the index is asked the narrow part; ts_match_vq (the operator's function, which no
+        # index serves) checks the whole search on each candidate
+        indexed = text("incident_events.search_tsv @@ to_tsquery('simple', :narrow) AND "
+                       "ts_match_vq(incident_events.search_tsv, to_tsquery('simple', :tsq))"
+                       ).bindparams(narrow=narrow, tsq=whole)
+        older = base.where(indexed, E.id <= hi).order_by(E.id.desc()).limit(limit - len(ids))
         ids += conn.execute(older).scalars()
         _plan(conn, indexscan="on", seqscan="on")
     else:
         _plan(conn, bitmapscan="on")
     return ids
+
+
+# (when read, the database URL) -> lexeme -> share of the events that have it, from the
+# planner's statistics (ANALYZE; autovacuum keeps them fresh)
+_SHARES: dict[str, tuple[float, dict[str, float]]] = {}
+_SHARES_TTL_S = 600.0
+
+
+def _lexeme_shares(conn: Connection) -> dict[str, float]:
+    """The most common lexemes of search_tsv and their shares (pg_stats); a lexeme not listed
+    is rarer than every listed one."""
+    key = conn.engine.url.render_as_string(hide_password=True)
+    cached = _SHARES.get(key)
+    if cached is not None and time.monotonic() - cached[0] < _SHARES_TTL_S:
+        return cached[1]
+    row = conn.execute(text(
+        "SELECT most_common_elems::text::text[], most_common_elem_freqs FROM pg_stats "
+        "WHERE schemaname = current_schema() AND tablename = 'incident_events' "
+        "AND attname = 'search_tsv'")).first()
+    shares = dict(zip(row[0], row[1], strict=False)) if row and row[0] else {}
+    _SHARES[key] = (time.monotonic(), shares)
+    return shares
 
 
 def _plan(conn: Connection, **scans: str) -> None:

@@ -92,6 +92,8 @@ FILTERS: list[dict[str, Any]] = [
     {"model": "org/Llama"},
     {"model": "org/qwen-ü"},
     {"engine_version": "0.9.1"},
+    {"model": "org/qwen-ü", "engine_version": "0.8.3"},
+    {"model": "org/llama", "engine_version": "0.9.1", "host": "gpu-1"},
     {"since": datetime(2025, 12, 31, 12, tzinfo=UTC), "until": datetime(2026, 1, 2, tzinfo=UTC)},
     {"since": datetime(2026, 1, 5, tzinfo=UTC)},
     {"until": datetime(2025, 12, 31, 3, tzinfo=UTC)},

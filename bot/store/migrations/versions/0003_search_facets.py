@@ -28,6 +28,7 @@ depends_on: str | Sequence[str] | None = None
 _SQLITE_FACETS = (
     "'hostx' || hex(host) || ' problemx' || hex(problem_id)"
     " || ' modelx' || hex(coalesce(model, '')) || ' versionx' || hex(coalesce(engine_version, ''))"
+    " || ' mvx' || hex(coalesce(model, '') || char(10) || coalesce(engine_version, ''))"
     " || ' dayx' || strftime('%Y%m%d', created_at) || ' monthx' || strftime('%Y%m', created_at)"
     " || ' yearx' || strftime('%Y', created_at)"
 )
@@ -48,6 +49,7 @@ def _pg_facets() -> str:
         "'problemx' || md5(problem_id)",
         "'modelx' || md5(coalesce(model, ''))",
         "'versionx' || md5(coalesce(engine_version, ''))",
+        "'mvx' || md5(coalesce(model, '') || E'\\n' || coalesce(engine_version, ''))",
         f"'dayx' || {year} || {month} || {day}",
         f"'monthx' || {year} || {month}",
         f"'yearx' || {year}",
