@@ -51,7 +51,7 @@ from bot.store.db import (
     migrate,
     write_engine,
 )
-from bot.store.search import Search, fts5_match, pg_search_ids, search_terms
+from bot.store.search import Search, compact, fts5_match, pg_search_ids, search_terms
 from bot.store.tables import (
     EXCERPT_MAX_CHARS,
     FTS_TABLE,
@@ -91,14 +91,22 @@ def open_store(settings: Settings | None = None) -> Engine:
 
 
 def upgrade(settings: Settings | None = None) -> str | None:
-    """`inferbot db upgrade`: migrate to HEAD now (first use does this too); the new revision."""
+    """`inferbot db upgrade`: migrate to HEAD now (first use does this too), then compact the
+    text index (worth running now and then on a big store); the new revision."""
     s = _settings(settings)
     with connectivity():
         engine = get_engine(s.database_url)
         rev = migrate(engine, "head")
     ensure_schema(engine)
     drain(engine, s)
+    with connectivity():
+        _retry_locked(lambda: _compact(engine))
     return rev
+
+
+def _compact(engine: Engine) -> None:
+    with write_engine(engine).begin() as conn:
+        compact(conn)
 
 
 def _retry_locked(fn: Callable[[], T]) -> T:

@@ -230,6 +230,19 @@ def _plan(conn: Connection, **scans: str) -> None:
     conn.execute(text(f"SELECT {calls}"))
 
 
+def compact(conn: Connection) -> None:
+    """Keep the text index quick to query as it grows: SQLite's FTS5 index is a stack of
+    segments (every write adds one, merged only now and then), and a search walks each; an
+    optimize merges them into one (about 30 s per million events). Both engines refresh the
+    planner's statistics, which PostgreSQL's search reads (see `_lexeme_shares`)."""
+    if conn.dialect.name == "sqlite":
+        conn.execute(text(f"INSERT INTO {FTS_TABLE}({FTS_TABLE}) VALUES ('optimize')"))
+        conn.execute(text("ANALYZE"))
+    else:
+        conn.execute(text("ANALYZE incident_events"))
+        _SHARES.clear()
+
+
 def fts5_match(search: Search, conn: Connection) -> TextClause:
     """The SQLite MATCH clause for `search` (FTS5 walks it newest rowid first)."""
     return text(f"{FTS_TABLE} MATCH :fts_q").bindparams(fts_q=search.fts5_query(conn))

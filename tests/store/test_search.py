@@ -5,6 +5,7 @@ and a store migrated in place finds what it held before."""
 from __future__ import annotations
 
 import random
+import time
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ import pytest
 from sqlalchemy import delete, text, update
 
 from bot.config import Settings
-from bot.store import history, record
+from bot.store import history, record, upgrade
 from bot.store import search as store_search
 from bot.store.db import dispose_engines, get_engine, migrate
 from bot.store.repository import _write_event, build_entry
@@ -160,3 +161,29 @@ def test_sqlite_index_stays_in_step_with_updates_and_deletes(tmp_path: Path) -> 
     assert [r.incident_id for r in history(search="moved", host="gpu-moved",
                                            settings=settings)] == [2]
     assert 3 not in [r.incident_id for r in history(search="event", settings=settings)]
+
+
+def test_db_upgrade_compacts_the_text_index(settings: Settings) -> None:
+    """Each write adds an FTS5 segment; `inferbot db upgrade` merges them (SQLite) and
+    refreshes the statistics the search reads (both): the same answers from fewer pages."""
+    _seed(settings, n=30)
+    before = [r.incident_id for r in history(search="event", host="gpu-1", settings=settings)]
+    engine = get_engine(settings.database_url)
+    sqlite = engine.dialect.name == "sqlite"
+    probe = text("SELECT count(*) FROM incident_events_fts_data" if sqlite else
+                 "SELECT pg_stat_get_analyze_count('incident_events'::regclass)")
+    with engine.connect() as conn:
+        before_count = conn.execute(probe).scalar_one()
+    upgrade(settings)
+    deadline = time.monotonic() + 5  # statistics may reach other sessions a moment later
+    while True:
+        with engine.connect() as conn:
+            after_count = conn.execute(probe).scalar_one()
+        # fewer index pages (SQLite), one more ANALYZE (PostgreSQL)
+        done = after_count < before_count if sqlite else after_count > before_count
+        if done or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert done, (before_count, after_count)
+    assert [r.incident_id for r in history(search="event", host="gpu-1",
+                                           settings=settings)] == before
