@@ -82,11 +82,11 @@ def test_the_wheel_carries_no_editable_link_and_every_dependency(installed: Inst
     assert "site-packages" in done.stdout and str(ROOT) not in done.stdout
 
 
-@pytest.mark.parametrize("command", SUBCOMMANDS)
+@pytest.mark.parametrize("command", ["", *SUBCOMMANDS])
 def test_every_subcommand_has_help(installed: Installed, command: str) -> None:
-    done = installed.run(command, "--help")
+    done = installed.run(*[command] * bool(command), "--help")
     assert done.returncode == 0 and not done.stderr, done.stderr
-    assert done.stdout.startswith(f"usage: inferbot {command}")
+    assert done.stdout.startswith(f"usage: inferbot {command}".rstrip())
 
 
 def test_a_fresh_home_diagnoses_and_keeps_history_in_embedded_sqlite(installed: Installed
