@@ -14,6 +14,7 @@ frames never decide another worker's error.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Collection
 from typing import NamedTuple
 
 from bot.kb.schema import Phase
@@ -69,13 +70,17 @@ class PhaseTracker:
         self._milestone: int | None = None
         self._said: int | None = None
 
-    def see(self, text: str, line_no: int, literals: set[str]) -> None:
-        """Record the markers `literals` found in this line."""
+    def see(self, text: str, line_no: int, literals: Collection[str]) -> None:
+        """Record the markers `literals` found in this line. A traceback that starts on the
+        line ends the one before it, so the line's own frames ("Exception in worker ... while
+        processing method init_device: ..., Traceback (most recent call last):") belong to
+        the new one; the other markers count in the order they stand in the line, so of two
+        milestones the later is where the log had got to."""
         stream = _stream(text)
-        for literal in literals:
-            if literal == TRACEBACK:
-                self._frames.pop(stream, None)  # a new traceback: earlier frames are another's
-                continue
+        if TRACEBACK in literals:
+            self._frames.pop(stream, None)  # a new traceback: earlier frames are another's
+        for literal in sorted((lit for lit in literals if lit != TRACEBACK),
+                              key=lambda lit: (text.find(lit), lit)):
             for m in self.markers.by_literal.get(literal, ()):
                 if m.also and not all(a in text for a in m.also):
                     continue

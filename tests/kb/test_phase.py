@@ -142,3 +142,18 @@ def test_frames_and_milestones_outrank_the_users_words(kb: KB) -> None:
 ])
 def test_a_symptom_that_implies_its_phase(kb: KB, line: str, phase: str) -> None:
     assert run(kb, line + "\n").facts.phase == phase
+
+
+@pytest.mark.parametrize("order", ["traceback last", "traceback first"])
+def test_a_method_named_on_the_line_that_starts_a_traceback_decides(kb: KB, order: str) -> None:
+    # vllm#7800: the worker names its method and starts the traceback on one line; the phase
+    # must not depend on the order the scanner hands over what it found in the line
+    from bot.kb.phase import TRACEBACK, PhaseMarkers, PhaseTracker
+
+    line = ("(VllmWorkerProcess pid=232) ERROR 08-23 08:25:25 multiproc_worker_utils.py:226] "
+            "Exception in worker VllmWorkerProcess while processing method init_device: NCCL "
+            "error: unhandled system error, Traceback (most recent call last):")
+    tracker = PhaseTracker(PhaseMarkers(kb.phases))
+    found = ["init_device", TRACEBACK]
+    tracker.see(line, 1, found if order == "traceback last" else found[::-1])
+    assert tracker.phase_at(line, 1) == "startup"
