@@ -74,6 +74,9 @@ class Settings(BaseSettings):
     # The hosts inferbot may collect from (YAML; bot.collect.inventory reads it via raw_setting);
     # unset: ~/.config/inferbot/hosts.yaml.
     inventory: Path | None = None
+    # `inferbot check --local` (or `localhost`) may read the machine it runs on. Off unless
+    # the operator says so; chat can never ask for the bot's own machine.
+    allow_localhost: bool = False
 
     # --- Slack (`inferbot serve`). Tokens also read Slack's own variable names. ---
     bot_token: SecretStr | None = Field(

@@ -23,13 +23,18 @@ SERVICE_MARKERS = ("postgres", "sshd", "slack")
 @pytest.fixture(autouse=True)
 def _isolated_user_dirs(tmp_path_factory: pytest.TempPathFactory,
                         monkeypatch: pytest.MonkeyPatch) -> Generator[None, None, None]:
-    """No test reads or writes the developer's real cache, data or config directories."""
+    """No test reads or writes the developer's real cache, data or config directories, or
+    sees the settings an earlier test read."""
     base = tmp_path_factory.getbasetemp() / "xdg"
     for name in ("XDG_CACHE_HOME", "XDG_DATA_HOME", "XDG_CONFIG_HOME"):
         path = Path(base / name)
         path.mkdir(parents=True, exist_ok=True)
         monkeypatch.setenv(name, str(path))
+    from bot.config import get_settings
+
+    get_settings.cache_clear()  # the settings a test's variables say, not an earlier test's
     yield
+    get_settings.cache_clear()
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -1,0 +1,291 @@
+"""What a person can ask inferbot, once for every adapter: the use cases between the core and
+the terminal or Slack.
+
+Each flow takes typed inputs (what was asked, and `Asker`: who asked, from where) and returns a
+typed answer; the adapters only parse and render. So a policy lives here once and holds on
+every path: which hosts may be collected from (`host_refusal`), how a diagnosis is recorded and
+what a store outage costs (`record`: never the answer), redaction of what people type into the
+store, and one exception (`StoreDown`) for "the incident database cannot be used now".
+
+Imports of the store, the collector and the KB loader happen inside the flows, so `inferbot
+diagnose` pays only for what it uses.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, BinaryIO, Literal, TypeVar
+
+from bot.errors import one_line
+from bot.schema import Diagnosis, Evidence, Source
+
+if TYPE_CHECKING:
+    from bot.collect.inventory import Inventory
+    from bot.collect.snapshot import Snapshot
+    from bot.config import Settings
+    from bot.kb.loader import KB
+    from bot.store.views import GroupInfo, HistoryRow
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+Origin = Literal["cli", "slack"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Asker:
+    """Who asked, and from where: a login at the terminal, or a Slack user in a channel (and
+    thread). Chat requests carry their channel; the terminal has none."""
+
+    origin: Origin
+    user: str | None = None
+    channel: str | None = None
+    thread: str | None = None
+
+    @property
+    def audit_name(self) -> str | None:
+        """Who ran a host's commands, as the command audit keeps it: a login is marked as the
+        terminal's (`cli:alice`), a Slack user id is itself."""
+        if self.origin == "cli" and self.user:
+            return f"cli:{self.user}"
+        return self.user
+
+
+class StoreDown(Exception):
+    """The incident database cannot be used now (unreachable, or migrated by a newer
+    inferbot). `str()` is one redacted line."""
+
+
+# --------------------------------------------------------------------------- recording
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """The incident is in the store; `line` is "incident 14 (group g3): seen 4 times ..."."""
+
+    incident_id: int
+    group_id: int
+    line: str
+
+
+@dataclass(frozen=True, slots=True)
+class Spooled:
+    """The database is down: the incident waits in the spool and is stored when it is back."""
+
+    warning: str
+
+
+@dataclass(frozen=True, slots=True)
+class NotStored:
+    """Recording failed for another reason (one line); the answer was given all the same."""
+
+    reason: str
+
+
+Recorded = Stored | Spooled | NotStored
+
+
+@dataclass(slots=True)
+class Answer:
+    """A diagnosis and what became of its record (None: not to be stored)."""
+
+    diagnosis: Diagnosis
+    record: Recorded | None = None
+
+
+def record(d: Diagnosis, asker: Asker, *, source: Source | None = None,
+           settings: Settings | None = None) -> Recorded:
+    """Store `d` as an incident (sets `d.incident_id`). Whatever goes wrong costs the history
+    line, never the answer: a database outage spools the incident, any other failure is one
+    line to report."""
+    try:
+        from bot.store import record as store_record
+
+        result = store_record(d, source=source or asker.origin, host=d.host, user=asker.user,
+                              channel=asker.channel, thread=asker.thread, excerpt=d.excerpt,
+                              settings=settings)
+    except Exception as exc:  # the answer is already given: report, never raise
+        log.error("recording failed: %s", one_line(exc, typed=True))
+        return NotStored(one_line(exc))
+    if result.spooled:
+        return Spooled(result.warning or "the incident store is down; the incident is spooled")
+    assert result.incident_id is not None and result.group_id is not None
+    d.incident_id = result.incident_id
+    return Stored(result.incident_id, result.group_id, result.summary())
+
+
+# --------------------------------------------------------------------------- diagnosing
+
+
+def diagnose_and_record(paste: str | BinaryIO, asker: Asker, kb: KB, *,
+                        host: str | None = None, store: bool = True,
+                        settings: Settings | None = None,
+                        before_store: Callable[[Diagnosis], None] | None = None) -> Answer:
+    """Diagnose a paste (text, or a stream read in bounded chunks), then record it.
+    `before_store` sees the diagnosis before the store is touched: an adapter that can show
+    the answer first does so there, and the store never delays it."""
+    from bot.diagnose import diagnose
+
+    evidence = Evidence(source=asker.origin, host=host, channel=asker.channel,
+                        thread=asker.thread, user=asker.user)
+    if isinstance(paste, str):
+        d = diagnose(dataclasses.replace(evidence, text=paste), kb)
+    else:
+        d = diagnose(evidence, kb, paste)
+    if before_store is not None:
+        before_store(d)
+    return Answer(d, record(d, asker, settings=settings) if store else None)
+
+
+# --------------------------------------------------------------------------- hosts
+
+
+def host_refusal(name: str, asker: Asker, inventory: Inventory | None, *,
+                 allow_localhost: bool) -> str | None:
+    """Why `name` may not be collected from for `asker` (one line starting "refused "), or
+    None. The same rules on every path: a valid name; this machine only from the terminal and
+    only where the operator allowed it (INFERBOT_ALLOW_LOCALHOST), since a chat request would
+    run commands on the bot's own server; otherwise an inventory host, and from chat only in
+    the channels its entry lists. The terminal has no channel: whoever runs it already reads
+    the inventory and its key."""
+    from bot.collect.inventory import LOCAL_NAME, HostRefused, check_name
+
+    try:
+        if check_name(name) == LOCAL_NAME:
+            if asker.origin != "cli":
+                return (f"refused {name!r}: the bot's own machine is checked with `inferbot "
+                        "check --local` there, not from chat")
+            if not allow_localhost:
+                return (f"refused {name!r}: this machine is read only where the operator "
+                        "allows it: set INFERBOT_ALLOW_LOCALHOST=true")
+            return None
+        if inventory is None:
+            return f"refused {name!r}: no inventory"
+        target = inventory.resolve(name)
+    except HostRefused as exc:
+        return str(exc)
+    if asker.channel is not None and target.channels and asker.channel not in target.channels:
+        return (f"refused {name!r}: not allowed from this channel (see the inventory's "
+                "`channels`)")
+    return None
+
+
+@dataclass(slots=True)
+class HostAnswer:
+    """One host: what was collected (or why not), its diagnosis and its record."""
+
+    snapshot: Snapshot
+    answer: Answer | None = None  # None: nothing was collected to diagnose
+
+    @property
+    def refused(self) -> bool:
+        return self.snapshot.error is not None and self.snapshot.error.startswith("refused ")
+
+
+def check_hosts(names: Sequence[str], asker: Asker, kb: Callable[[], KB], *,
+                inventory: Inventory | Path | None = None, settings: Settings | None = None,
+                deadline_s: float | None = None, store: bool = True) -> list[HostAnswer]:
+    """Collect from each named host (in parallel, each within `deadline_s`), audit every
+    command run, diagnose each host with its own numbers and record it. A refused name is
+    answered with its reason, and nothing is contacted for it. `inventory` (an Inventory, its
+    file, or None for the configured one) is read only when a name needs it, and raises
+    InventoryError when it cannot be; `kb` is called only when a host was collected."""
+    from bot import metrics
+    from bot.collect.inventory import LOCAL_NAME, Inventory, load_inventory, valid_name
+    from bot.collect.runner import DEFAULT_DEADLINE_S, audit
+    from bot.collect.runner import check_hosts as collect_hosts
+    from bot.collect.snapshot import Snapshot
+    from bot.config import get_settings
+    from bot.diagnose import diagnose
+
+    s = settings if settings is not None else get_settings()
+    names = list(dict.fromkeys(names))
+    inv = inventory if isinstance(inventory, Inventory) else None
+    if inv is None and any(n != LOCAL_NAME and valid_name(n) for n in names):
+        inv = load_inventory(inventory if isinstance(inventory, Path) else None)
+    refusals = {n: host_refusal(n, asker, inv, allow_localhost=s.allow_localhost)
+                for n in names}
+    allowed = [n for n in names if refusals[n] is None]
+    limit = deadline_s if deadline_s is not None else DEFAULT_DEADLINE_S
+    collected = dict(zip(allowed, collect_hosts(allowed, inv, deadline_s=limit), strict=True))
+    snaps = [collected.get(n) or Snapshot(host=n, method="local" if n == LOCAL_NAME else "ssh",
+                                          error=refusals[n]) for n in names]
+    audit(snaps, who=asker.audit_name)
+    failed = sum(1 for n in allowed if collected[n].error)
+    if failed:
+        metrics.SSH_ERRORS.inc(amount=failed)
+    answers = [HostAnswer(snap) for snap in snaps]
+    ok = [a for a in answers if a.snapshot.error is None]
+    current = kb() if ok else None
+    # A chat request is recorded as Slack's (its channel and thread lead back to the
+    # answer); a terminal one as the collector's.
+    source: Source = "slack" if asker.origin == "slack" else "collector"
+    for a in ok:
+        assert current is not None
+        evidence = dataclasses.replace(a.snapshot.evidence(), source=source,
+                                       channel=asker.channel, thread=asker.thread,
+                                       user=asker.user)
+        d = diagnose(evidence, current)
+        a.answer = Answer(d, record(d, asker, source=source, settings=s) if store else None)
+    return answers
+
+
+# --------------------------------------------------------------------------- the store
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HistoryQuery:
+    """What `history` filters by; every field optional. `since` takes 7d, 12h, 30m, 2w or an
+    ISO date; `search` words that must all appear."""
+
+    host: str | None = None
+    problem: str | None = None
+    model: str | None = None
+    engine_version: str | None = None
+    status: str | None = None
+    since: str | None = None
+    search: str | None = None
+    limit: int = 50
+
+
+def _store_call(fn: Callable[[], T]) -> T:
+    """Run a store operation; its "cannot use the database now" errors become StoreDown."""
+    from bot.store import SchemaTooNew, StoreUnavailable
+
+    try:
+        return fn()
+    except (StoreUnavailable, SchemaTooNew) as exc:
+        raise StoreDown(one_line(exc)) from exc
+
+
+def history(q: HistoryQuery, settings: Settings | None = None) -> list[HistoryRow]:
+    """Stored incidents, newest first. ValueError for a bad filter, StoreDown."""
+    from bot.store import history as store_history
+
+    return _store_call(lambda: store_history(
+        host=q.host, problem=q.problem, model=q.model, engine_version=q.engine_version,
+        status=q.status, since=q.since, search=q.search, limit=q.limit, settings=settings))
+
+
+def resolve(ref: int | str, asker: Asker, *, fix: str, note: str | None = None,
+            settings: Settings | None = None) -> GroupInfo:
+    """Record what fixed incident `ref` (`12`) or group `ref` (`g3`). What people type is
+    redacted before it is stored. LookupError: no such incident; ValueError: a bad reference
+    or an empty fix; StoreDown."""
+    from bot.evidence.redact import redact
+    from bot.store import resolve as store_resolve
+
+    return _store_call(lambda: store_resolve(
+        ref, fix=redact(fix), note=redact(note) if note else None, who=asker.user,
+        settings=settings))
+
+
+def upgrade_store(settings: Settings | None = None) -> str | None:
+    """Migrate the incident database to this inferbot's schema now; the revision. StoreDown."""
+    from bot.store import upgrade
+
+    return _store_call(lambda: upgrade(settings))

@@ -1,0 +1,83 @@
+"""The use cases every adapter shares (bot.flows): a diagnosis recorded with what became of
+the record, and a store that cannot be used turned into one error for the terminal and Slack
+alike."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bot.config import Settings
+from bot.flows import (
+    Asker,
+    HistoryQuery,
+    NotStored,
+    Spooled,
+    Stored,
+    StoreDown,
+    diagnose_and_record,
+    history,
+    resolve,
+)
+from bot.kb.loader import KB, load_kb
+
+ROOT = Path(__file__).resolve().parent.parent
+PASTE = (ROOT / "examples" / "vllm-max-model-len.log").read_text()
+ALICE = Asker(origin="cli", user="alice")
+# Nothing listens on port 1: refused at once, as a database that is down.
+DOWN = "postgresql+psycopg://postgres@127.0.0.1:1/inferbot"
+
+
+@pytest.fixture(scope="module")
+def kb() -> KB:
+    return load_kb()
+
+
+def test_a_stored_diagnosis_carries_its_incident_and_the_history_line(
+        kb: KB, tmp_path: Path) -> None:
+    settings = Settings(database_url=f"sqlite:///{tmp_path / 'db'}", spool_dir=tmp_path / "sp")
+    seen: list[int | None] = []
+    first = diagnose_and_record(PASTE, ALICE, kb, host="gpu-07", settings=settings,
+                                before_store=lambda d: seen.append(d.incident_id))
+    again = diagnose_and_record(PASTE, ALICE, kb, host="gpu-07", settings=settings)
+    assert seen == [None]  # shown before the store was touched
+    assert isinstance(first.record, Stored) and isinstance(again.record, Stored)
+    assert first.diagnosis.incident_id == first.record.incident_id == 1
+    assert first.record.line == "incident 1 (group g1): first time seen"
+    assert again.record.line.startswith("incident 2 (group g1): seen 2 times since ")
+    rows = history(HistoryQuery(host="gpu-07"), settings)
+    assert [(r.incident_id, r.source, r.user) for r in rows] == [(2, "cli", "alice"),
+                                                                 (1, "cli", "alice")]
+
+
+def test_a_database_outage_spools_and_another_failure_is_one_line(
+        kb: KB, tmp_path: Path) -> None:
+    down = Settings(database_url=DOWN, spool_dir=tmp_path / "spool")
+    answer = diagnose_and_record(PASTE, ALICE, kb, settings=down)
+    assert isinstance(answer.record, Spooled) and "spooled to" in answer.record.warning
+    assert answer.diagnosis.problems  # the answer was given all the same
+    assert list((tmp_path / "spool").glob("*.json"))
+
+    odd = Settings(database_url="mysql://u:hunter2@db/x", spool_dir=tmp_path / "spool2")
+    answer = diagnose_and_record(PASTE, ALICE, kb, settings=odd)
+    assert isinstance(answer.record, NotStored)
+    assert "\n" not in answer.record.reason and "hunter2" not in answer.record.reason
+    assert not diagnose_and_record(PASTE, ALICE, kb, store=False, settings=odd).record
+
+
+def test_a_store_that_cannot_be_used_is_store_down_for_every_flow(tmp_path: Path) -> None:
+    down = Settings(database_url=DOWN, spool_dir=tmp_path / "spool")
+    with pytest.raises(StoreDown, match=r"127\.0\.0\.1"):
+        history(HistoryQuery(), down)
+    with pytest.raises(StoreDown):
+        resolve(1, ALICE, fix="--max-model-len 32768", settings=down)
+
+
+def test_what_people_type_is_redacted_before_it_is_stored(kb: KB, tmp_path: Path) -> None:
+    settings = Settings(database_url=f"sqlite:///{tmp_path / 'db'}", spool_dir=tmp_path / "sp")
+    answer = diagnose_and_record(PASTE, ALICE, kb, settings=settings)
+    assert isinstance(answer.record, Stored)
+    group = resolve(answer.record.incident_id, ALICE, settings=settings,
+                    fix="export HF_TOKEN=hf_abcdefghijklmnopqrstuvwxyz0123456789 and retry")
+    assert group.resolution_fix is not None and "hf_abcdefghij" not in group.resolution_fix
