@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, BinaryIO, NoReturn
 from bot.errors import one_line
 
 if TYPE_CHECKING:
+    from bot.flows import Asker, Recorded
     from bot.kb.loader import KB
     from bot.kb.testing import ExampleResult
     from bot.schema import Diagnosis
@@ -65,96 +66,105 @@ def _load_kb() -> KB:
                       ) from None
 
 
+def _asker() -> Asker:
+    """The person at this terminal: their login, when the system can say it."""
+    import getpass
+
+    from bot.flows import Asker
+
+    try:
+        user: str | None = getpass.getuser()
+    except (KeyError, OSError):  # no login name in the environment or the password database
+        user = None
+    return Asker(origin="cli", user=user)
+
+
 def cmd_diagnose(args: argparse.Namespace) -> int:
-    from bot.diagnose import diagnose
+    from bot.flows import diagnose_and_record
     from bot.render.text import render
-    from bot.schema import Evidence, to_json
+    from bot.schema import to_json
 
     kb = _load_kb()
     stream, _name = _open_input(args.file)
+
+    def show(d: Diagnosis) -> None:  # the answer first: storing never delays it
+        sys.stdout.write(render(d) + "\n")
+        sys.stdout.flush()
+
     try:
-        d = diagnose(Evidence(source="cli", host=args.host), kb, stream)
+        # Tools reading the JSON want the incident id, so JSON is stored first; a database
+        # outage only costs the id (the event is spooled), never the answer.
+        answer = diagnose_and_record(stream, _asker(), kb, host=args.host,
+                                     store=not args.no_store,
+                                     before_store=None if args.json else show)
     finally:
         if stream is not sys.stdin.buffer:
             stream.close()
     if args.json:
-        # Tools reading the JSON want the incident id, so JSON is stored first; a database
-        # outage only costs the id (the event is spooled), never the answer.
-        summary = None if args.no_store else _record(d, "cli")
-        sys.stdout.write(to_json(d, indent=2) + "\n")
-    else:
-        # The answer first: storing never delays it.
-        sys.stdout.write(render(d) + "\n")
-        sys.stdout.flush()
-        summary = None if args.no_store else _record(d, "cli")
-        if summary:
-            sys.stdout.write(summary + "\n")
+        sys.stdout.write(to_json(answer.diagnosis, indent=2) + "\n")
+    _report(answer.record, history_line=not args.json)
     sys.stdout.flush()
     if args.chart:
-        _write_chart(d, args.chart)
+        _write_chart(answer.diagnosis, args.chart)
     return EXIT_OK
 
 
-def _record(d: Diagnosis, source: str) -> str | None:
-    """Store `d` (sets d.incident_id) and return the "seen N times ..." line. Any trouble with
-    the database is one warning line on stderr: the diagnosis has been given either way."""
-    import getpass
+def _report(rec: Recorded | None, *, history_line: bool) -> None:
+    """What became of the record: the "seen N times ..." line, or one warning on stderr (the
+    diagnosis has been given either way)."""
+    from bot.flows import NotStored, Spooled, Stored
 
-    try:
-        from bot.store import record
+    if isinstance(rec, Stored) and history_line:
+        sys.stdout.write(rec.line + "\n")
+    elif isinstance(rec, Spooled):
+        sys.stderr.write(f"inferbot: warning: {rec.warning}\n")
+    elif isinstance(rec, NotStored):
+        sys.stderr.write(f"inferbot: warning: incident not stored: {rec.reason}\n")
 
-        result = record(d, source=source, host=d.host, user=getpass.getuser(),
-                        excerpt=d.excerpt)
-    except Exception as exc:
-        sys.stderr.write(f"inferbot: warning: incident not stored: {one_line(exc)}\n")
-        return None
-    if result.spooled:
-        sys.stderr.write(f"inferbot: warning: {result.warning}\n")
-        return None
-    d.incident_id = result.incident_id
-    return result.summary()
+
+def _store_down(exc: Exception) -> Failure:
+    return Failure(f"the incident database is unavailable: {exc}")
 
 
 def cmd_history(args: argparse.Namespace) -> int:
-    from bot.store import StoreUnavailable, format_history_json, format_history_text, history
+    from bot.flows import HistoryQuery, StoreDown, history
+    from bot.store.views import format_history_json, format_history_text
 
     try:
-        rows = history(host=args.host, problem=args.problem, model=args.model,
-                       engine_version=args.engine_version, status=args.status,
-                       since=args.since, search=args.search, limit=args.limit)
+        rows = history(HistoryQuery(host=args.host, problem=args.problem, model=args.model,
+                                    engine_version=args.engine_version, status=args.status,
+                                    since=args.since, search=args.search, limit=args.limit))
     except ValueError as exc:
         raise UsageError(one_line(exc)) from None
-    except StoreUnavailable as exc:
-        raise Failure(f"the incident database is unavailable: {one_line(exc)}") from None
+    except StoreDown as exc:
+        raise _store_down(exc) from None
     sys.stdout.write((format_history_json(rows) if args.json else format_history_text(rows))
                      + "\n")
     return EXIT_OK
 
 
 def cmd_resolve(args: argparse.Namespace) -> int:
-    import getpass
-
-    from bot.store import StoreUnavailable, resolve
+    from bot.flows import StoreDown, resolve
 
     try:
-        group = resolve(args.id, fix=args.fix, note=args.note, who=getpass.getuser())
+        group = resolve(args.id, _asker(), fix=args.fix, note=args.note)
     except ValueError as exc:
         raise UsageError(one_line(exc)) from None
     except LookupError as exc:
         raise Failure(one_line(exc)) from None
-    except StoreUnavailable as exc:
-        raise Failure(f"the incident database is unavailable: {one_line(exc)}") from None
+    except StoreDown as exc:
+        raise _store_down(exc) from None
     sys.stdout.write(f"resolved: {group.explain()}\n")
     return EXIT_OK
 
 
 def cmd_db(args: argparse.Namespace) -> int:
-    from bot.store import StoreUnavailable, upgrade
+    from bot.flows import StoreDown, upgrade_store
 
     try:
-        revision = upgrade()
-    except StoreUnavailable as exc:
-        raise Failure(f"the incident database is unavailable: {one_line(exc)}") from None
+        revision = upgrade_store()
+    except StoreDown as exc:
+        raise _store_down(exc) from None
     sys.stdout.write(f"database at revision {revision}\n")
     return EXIT_OK
 
@@ -281,40 +291,27 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def cmd_check(args: argparse.Namespace) -> int:
     """Collect from hosts (SSH, or this machine), then diagnose each with its own numbers."""
-    import getpass
     from pathlib import Path
 
-    from bot.collect.inventory import (
-        EXAMPLE,
-        LOCAL_NAME,
-        InventoryError,
-        InventoryMissing,
-        load_inventory,
-        valid_name,
-    )
-    from bot.collect.runner import audit, check_hosts
-    from bot.diagnose import diagnose
+    from bot.collect.inventory import EXAMPLE, LOCAL_NAME, InventoryError, InventoryMissing
+    from bot.flows import check_hosts
     from bot.render.text import render
     from bot.schema import to_data
 
-    names = list(dict.fromkeys([*args.hosts, *([LOCAL_NAME] if args.local else [])]))
+    names = [*args.hosts, *([LOCAL_NAME] if args.local else [])]
     if not names:
         raise UsageError("name at least one host, or --local")
-    inventory = None
-    if any(n != LOCAL_NAME and valid_name(n) for n in names):
-        try:
-            inventory = load_inventory(Path(args.inventory) if args.inventory else None)
-        except InventoryMissing as exc:
-            raise UsageError(f"{one_line(exc)}; the smallest one:\n{EXAMPLE}") from None
-        except InventoryError as exc:
-            raise UsageError(one_line(exc)) from None
-    snaps = check_hosts(names, inventory, deadline_s=args.deadline)
-    audit(snaps, who=f"cli:{getpass.getuser()}")
-    kb = _load_kb() if any(s.error is None for s in snaps) else None
+    try:
+        answers = check_hosts(names, _asker(), _load_kb,
+                              inventory=Path(args.inventory) if args.inventory else None,
+                              deadline_s=args.deadline, store=not args.no_store)
+    except InventoryMissing as exc:
+        raise UsageError(f"{one_line(exc)}; the smallest one:\n{EXAMPLE}") from None
+    except InventoryError as exc:
+        raise UsageError(one_line(exc)) from None
     report = []
-    for snap in snaps:
-        d = diagnose(snap.evidence(), kb) if kb is not None and snap.error is None else None
-        summary = _record(d, "collector") if d is not None and not args.no_store else None
+    for a in answers:
+        snap, d = a.snapshot, a.answer.diagnosis if a.answer else None
         if args.json:
             report.append({**snap.model_dump(mode="json", include={
                 "host", "method", "duration_s", "error", "unread"}),
@@ -329,18 +326,23 @@ def cmd_check(args: argparse.Namespace) -> int:
         for line in snap.unread:
             sys.stdout.write(f"   could not read: {line}\n")
         sys.stdout.write(render(d) + "\n" if d is not None else "")
-        sys.stdout.write(f"{summary}\n\n" if summary else "\n")
+        rec = a.answer.record if a.answer else None
+        _report(rec, history_line=True)
+        sys.stdout.write("\n")
     if args.json:
         sys.stdout.write(json.dumps({"hosts": report}, indent=2, ensure_ascii=False) + "\n")
+        for a in answers:
+            _report(a.answer.record if a.answer else None, history_line=False)
     sys.stdout.flush()
     # Every host not collected is one line on stderr too, as every command says its errors.
-    for snap in snaps:
-        if snap.error:
-            named = snap.error.startswith(("refused ", f"{snap.host}:"))
-            sys.stderr.write(f"inferbot: {'' if named else snap.host + ': '}{snap.error}\n")
-    if any(s.error and s.error.startswith("refused ") for s in snaps):
-        return EXIT_USAGE  # bad usage
-    return EXIT_FAIL if any(s.error for s in snaps) else EXIT_OK
+    for a in answers:
+        error = a.snapshot.error
+        if error:
+            named = a.refused or error.startswith(f"{a.snapshot.host}:")
+            sys.stderr.write(f"inferbot: {'' if named else a.snapshot.host + ': '}{error}\n")
+    if any(a.refused for a in answers):
+        return EXIT_USAGE
+    return EXIT_FAIL if any(a.snapshot.error for a in answers) else EXIT_OK
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
