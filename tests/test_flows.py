@@ -81,3 +81,26 @@ def test_what_people_type_is_redacted_before_it_is_stored(kb: KB, tmp_path: Path
     group = resolve(answer.record.incident_id, ALICE, settings=settings,
                     fix="export HF_TOKEN=hf_abcdefghijklmnopqrstuvwxyz0123456789 and retry")
     assert group.resolution_fix is not None and "hf_abcdefghij" not in group.resolution_fix
+
+
+def test_a_database_from_a_newer_inferbot_is_one_line_on_the_terminal(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from sqlalchemy import text
+
+    from bot.cli import main
+    from bot.store.db import dispose_engines, get_engine
+
+    url = f"sqlite:///{tmp_path / 'db'}"
+    monkeypatch.setenv("INFERBOT_DATABASE_URL", url)
+    assert main(["db", "upgrade"]) == 0
+    with get_engine(url).begin() as conn:
+        conn.execute(text("UPDATE alembic_version SET version_num = '0999'"))
+    dispose_engines()  # a new process: it has not seen this database yet
+    capsys.readouterr()
+    assert main(["history"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("inferbot: the incident database is unavailable: the database schema "
+                          "is at revision 0999, newer than this inferbot knows (")
+    assert err.endswith("); upgrade inferbot\n") and err.count("\n") == 1
+    dispose_engines()
