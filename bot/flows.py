@@ -21,14 +21,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, Literal, TypeVar
 
 from bot.errors import one_line
-from bot.schema import Diagnosis, Evidence, Source
+from bot.schema import CommandRun, Diagnosis, Evidence, Source
 
 if TYPE_CHECKING:
     from bot.collect.inventory import Inventory
     from bot.collect.snapshot import Snapshot
     from bot.config import Settings
     from bot.kb.loader import KB
-    from bot.store.views import GroupInfo, HistoryRow
+    from bot.store import GroupInfo, HistoryRow
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -196,7 +196,7 @@ def check_hosts(names: Sequence[str], asker: Asker, kb: Callable[[], KB], *,
     InventoryError when it cannot be; `kb` is called only when a host was collected."""
     from bot import metrics
     from bot.collect.inventory import LOCAL_NAME, Inventory, load_inventory, valid_name
-    from bot.collect.runner import DEFAULT_DEADLINE_S, audit
+    from bot.collect.runner import DEFAULT_DEADLINE_S, audit_records
     from bot.collect.runner import check_hosts as collect_hosts
     from bot.collect.snapshot import Snapshot
     from bot.config import get_settings
@@ -214,7 +214,7 @@ def check_hosts(names: Sequence[str], asker: Asker, kb: Callable[[], KB], *,
     collected = dict(zip(allowed, collect_hosts(allowed, inv, deadline_s=limit), strict=True))
     snaps = [collected.get(n) or Snapshot(host=n, method="local" if n == LOCAL_NAME else "ssh",
                                           error=refusals[n]) for n in names]
-    audit(snaps, who=asker.audit_name)
+    _audit(audit_records(snaps, who=asker.audit_name), s)
     failed = sum(1 for n in allowed if collected[n].error)
     if failed:
         metrics.SSH_ERRORS.inc(amount=failed)
@@ -232,6 +232,14 @@ def check_hosts(names: Sequence[str], asker: Asker, kb: Callable[[], KB], *,
         d = diagnose(evidence, current)
         a.answer = Answer(d, record(d, asker, source=source, settings=s) if store else None)
     return answers
+
+
+def _audit(runs: Sequence[CommandRun], settings: Settings) -> None:
+    """Keep the audit trail of a check (the store spools it while the database is down)."""
+    if runs:
+        from bot.store import record_commands
+
+        record_commands(runs, settings=settings)
 
 
 # --------------------------------------------------------------------------- the store
@@ -271,17 +279,70 @@ def history(q: HistoryQuery, settings: Settings | None = None) -> list[HistoryRo
         status=q.status, since=q.since, search=q.search, limit=q.limit, settings=settings))
 
 
-def resolve(ref: int | str, asker: Asker, *, fix: str, note: str | None = None,
+class NoIncident(LookupError):
+    """`resolve` named no incident, and the thread it was asked in has none."""
+
+
+def resolve(ref: int | str | None, asker: Asker, *, fix: str, note: str | None = None,
             settings: Settings | None = None) -> GroupInfo:
-    """Record what fixed incident `ref` (`12`) or group `ref` (`g3`). What people type is
+    """Record what fixed incident `ref` (`12`) or group `ref` (`g3`); None: the incident
+    diagnosed in the asker's Slack thread (NoIncident when there is none). What people type is
     redacted before it is stored. LookupError: no such incident; ValueError: a bad reference
     or an empty fix; StoreDown."""
     from bot.evidence.redact import redact
     from bot.store import resolve as store_resolve
+    from bot.store import thread_incident
 
+    if ref is None:
+        if asker.channel is not None and asker.thread:
+            channel, thread = asker.channel, asker.thread
+            ref = _store_call(lambda: thread_incident(channel, thread, settings=settings))
+        if ref is None:
+            raise NoIncident("no incident was diagnosed in this thread")
+    incident = ref
     return _store_call(lambda: store_resolve(
-        ref, fix=redact(fix), note=redact(note) if note else None, who=asker.user,
+        incident, fix=redact(fix), note=redact(note) if note else None, who=asker.user,
         settings=settings))
+
+
+@dataclass(frozen=True, slots=True)
+class FixWorked:
+    """A fix the answer offered, recorded as what fixed its incident."""
+
+    group: GroupInfo
+    command: str
+
+
+def resolve_with_fix(incident_id: int, fix_id: str, asker: Asker, *,
+                     settings: Settings | None = None) -> FixWorked:
+    """"This fixed it": the click names an incident and one of its fixes; the command recorded
+    is the store's text of that fix, and the click must come from the incident's own channel.
+    LookupError when it does not, or there is no such fix; StoreDown."""
+    from bot.store import incident_origin
+    from bot.store import resolve as store_resolve
+
+    origin = _store_call(lambda: incident_origin(incident_id, fix_id, settings=settings))
+    if origin is None or origin.channel != asker.channel or origin.fix_command is None:
+        raise LookupError(f"Incident {incident_id} in this channel has no fix {fix_id}.")
+    command = origin.fix_command
+    group = _store_call(lambda: store_resolve(incident_id, fix=command, who=asker.user,
+                                              settings=settings))
+    return FixWorked(group, command)
+
+
+def feedback(incident_id: int, asker: Asker, *, note: str,
+             settings: Settings | None = None) -> int:
+    """"Wrong diagnosis": a note for the KB maintainers on an incident of the asker's channel
+    (redacted before it is stored); its id. LookupError for another channel's; StoreDown."""
+    from bot.evidence.redact import redact
+    from bot.store import feedback as store_feedback
+    from bot.store import incident_origin
+
+    origin = _store_call(lambda: incident_origin(incident_id, settings=settings))
+    if origin is None or origin.channel != asker.channel:
+        raise LookupError(f"Incident {incident_id} is not an incident of this channel.")
+    return _store_call(lambda: store_feedback(incident_id, note=redact(note), who=asker.user,
+                                              settings=settings))
 
 
 def upgrade_store(settings: Settings | None = None) -> str | None:

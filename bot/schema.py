@@ -216,6 +216,21 @@ class Evidence(Strict):
 
 
 @dataclass(slots=True, kw_only=True)
+class CommandRun(Strict):
+    """One command the collector ran on a host, as the audit trail keeps it (exit_code None:
+    killed or timed out). The commands of one check share `run_id`."""
+
+    host: str
+    command_id: str
+    duration_s: float
+    exit_code: int | None
+    bytes_out: int
+    error: str | None = None
+    run_id: str | None = None
+    who: str | None = None
+
+
+@dataclass(slots=True, kw_only=True)
 class SignatureHit(Strict):
     """One KB signature that matched one line."""
 

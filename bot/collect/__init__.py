@@ -1,12 +1,6 @@
 """Collecting evidence from GPU hosts: the inventory, SSH (paramiko), local NVML, and the fixed,
 read-only command catalog. paramiko and pynvml are imported only when a host is contacted.
 
-`check(host, kb=..., channel=...)` is the chat adapters' entry point; `inferbot check` uses
-`bot.collect.runner.check_hosts` for many hosts at once.
+`bot.collect.runner.check_hosts` collects many hosts at once; which hosts may be asked for,
+and what becomes of what they give, is `bot.flows.check_hosts`'s.
 """
-
-from __future__ import annotations
-
-from bot.collect.runner import CollectFailed, check
-
-__all__ = ["CollectFailed", "check"]

@@ -12,7 +12,6 @@ connection is made; a refused name never reaches the SSH layer.
 
 from __future__ import annotations
 
-import dataclasses
 import re
 import shutil
 import threading
@@ -21,7 +20,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from bot.collect import catalog
 from bot.collect.catalog import Command, UnsafeValue
@@ -48,10 +47,7 @@ from bot.collect.server import (
     split_argv,
 )
 from bot.collect.snapshot import Snapshot, why
-
-if TYPE_CHECKING:
-    from bot.kb.loader import KB
-    from bot.schema import Diagnosis, Source
+from bot.schema import CommandRun
 
 DEFAULT_DEADLINE_S = 30.0
 MAX_PARALLEL = 32
@@ -306,51 +302,11 @@ def check_hosts(names: Sequence[str], inventory: Inventory | None,
     return [results[i] for i in range(len(names))]
 
 
-def audit(snapshots: Sequence[Snapshot], who: str | None = None,
-          run_id: str | None = None) -> None:
-    """One audit row per command run, through the incident store (spooled if it is down);
-    the rows of one check share a run id."""
-    from bot.store.repository import record_command
-
+def audit_records(snapshots: Sequence[Snapshot], who: str | None = None,
+                  run_id: str | None = None) -> list[CommandRun]:
+    """One audit record per command run; the records of one check share a run id. The
+    caller stores them (bot.flows), so the collector never touches the database."""
     run_id = run_id or uuid.uuid4().hex
-    for snap in snapshots:
-        for r in snap.commands:
-            record_command(host=snap.host, command_id=r.id, duration_s=r.duration_s,
-                           exit_code=r.rc, bytes_out=r.bytes, error=r.error, run_id=run_id,
-                           who=who)
-
-
-class CollectFailed(Exception):
-    """The host could not be collected at all. `str()` is one line for the user."""
-
-
-def check(host: str, *, kb: KB, channel: str | None = None, thread: str | None = None,
-          user: str | None = None, source: Source = "slack", inventory: Inventory | None = None,
-          deadline_s: float = DEFAULT_DEADLINE_S) -> Diagnosis:
-    """One host named in chat: refuse it unless it is in the inventory (and, when the entry
-    lists channels, unless asked from one of them); collect, audit, diagnose. The bot's own
-    machine is not a chat target: `inferbot check --local` runs on it.
-
-    Raises HostRefused or CollectFailed with a one-line reason.
-    """
-    from bot.collect.inventory import load_inventory
-    from bot.diagnose import diagnose
-
-    if check_name(host) == LOCAL_NAME:
-        raise HostRefused(f"refused {host!r}: the bot's own machine is checked with "
-                          "`inferbot check --local` there, not from chat")
-    try:
-        inv = inventory or load_inventory()
-        target = inv.resolve(host)
-    except InventoryError as exc:
-        raise CollectFailed(str(exc)) from None
-    if target.channels and channel not in target.channels:
-        raise HostRefused(f"refused {host!r}: not allowed from this channel (see the "
-                          "inventory's `channels`)")
-    [snap] = check_hosts([host], inv, deadline_s=deadline_s)
-    audit([snap], who=user)
-    if snap.error:
-        raise CollectFailed(snap.error)
-    evidence = dataclasses.replace(snap.evidence(), source=source, channel=channel,
-                                   thread=thread, user=user)
-    return diagnose(evidence, kb)
+    return [CommandRun(host=snap.host, command_id=r.id, duration_s=r.duration_s,
+                       exit_code=r.rc, bytes_out=r.bytes, error=r.error, run_id=run_id, who=who)
+            for snap in snapshots for r in snap.commands]

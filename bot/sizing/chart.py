@@ -8,9 +8,10 @@ not pay for it.
 
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
 from bot.schema import Diagnosis
 
@@ -103,8 +104,20 @@ def _from_size_report(r: SizeReport) -> ChartData:
         is_estimate=r.is_estimate)
 
 
-def write_chart(data: ChartData, path: str | Path) -> None:
-    """Draw `data` as a PNG at `path` (matplotlib, Agg backend, imported here only)."""
+def chart_png(source: Diagnosis | SizeReport) -> bytes | None:
+    """The chart as PNG bytes (what a chat upload needs); None when there is nothing to draw."""
+    try:
+        data = chart_data(source)
+    except ValueError:
+        return None
+    png = io.BytesIO()
+    write_chart(data, png)
+    return png.getvalue()
+
+
+def write_chart(data: ChartData, path: str | Path | BinaryIO) -> None:
+    """Draw `data` as a PNG at `path`, or into a binary stream (matplotlib, Agg backend,
+    imported here only)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -145,6 +158,7 @@ def write_chart(data: ChartData, path: str | Path) -> None:
         title = data.title + (" (estimate)" if data.is_estimate else "")
         fig.suptitle(title, fontsize=10)
         fig.tight_layout()
-        fig.savefig(str(path), format="png", dpi=110)
+        fig.savefig(path if not isinstance(path, str | Path) else str(path), format="png",
+                    dpi=110)
     finally:
         plt.close(fig)

@@ -22,7 +22,7 @@ from datetime import UTC, datetime, timedelta
 
 from bot import metrics
 from bot.config import Settings
-from bot.slack import backend
+from bot.store import SchemaTooNew, StoreUnavailable, claim_event_key
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +65,8 @@ class Dedup:
             self._last_prune = now
             prune = datetime.now(UTC) - KEEP
         try:
-            claimed = backend.claim_key(key, self._settings, prune)
-        except backend.store_down_errors() as exc:
+            claimed = claim_event_key(key, prune_before=prune, settings=self._settings)
+        except (StoreUnavailable, SchemaTooNew) as exc:
             log.warning("dedup: database unavailable (%s); this replica answers on its own",
                         type(exc).__name__)
             return True

@@ -6,6 +6,7 @@ nothing and SQLAlchemy is imported only when a function that needs it is first u
 is touched.
 
     from bot.store import record, history, resolve, feedback, record_command, upgrade
+    from bot.store import claim_event_key, thread_incident, incident_origin  # Slack's lookups
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from bot.store.db import SchemaTooNew as SchemaTooNew
     from bot.store.db import StoreUnavailable as StoreUnavailable
+    from bot.store.db import database_problem as database_problem
+    from bot.store.repository import IncidentOrigin as IncidentOrigin
+    from bot.store.repository import claim_event_key as claim_event_key
     from bot.store.repository import (
         drain as drain,
     )
@@ -28,6 +32,7 @@ if TYPE_CHECKING:
     from bot.store.repository import (
         history as history,
     )
+    from bot.store.repository import incident_origin as incident_origin
     from bot.store.repository import (
         open_store as open_store,
     )
@@ -38,8 +43,12 @@ if TYPE_CHECKING:
         record_command as record_command,
     )
     from bot.store.repository import (
+        record_commands as record_commands,
+    )
+    from bot.store.repository import (
         resolve as resolve,
     )
+    from bot.store.repository import thread_incident as thread_incident
     from bot.store.repository import (
         upgrade as upgrade,
     )
@@ -68,6 +77,7 @@ if TYPE_CHECKING:
 _EXPORTS = {
     "record": "bot.store.repository",
     "record_command": "bot.store.repository",
+    "record_commands": "bot.store.repository",
     "history": "bot.store.repository",
     "resolve": "bot.store.repository",
     "feedback": "bot.store.repository",
@@ -76,6 +86,11 @@ _EXPORTS = {
     "drain": "bot.store.repository",
     "open_store": "bot.store.repository",
     "StoreUnavailable": "bot.store.db",
+    "database_problem": "bot.store.db",
+    "claim_event_key": "bot.store.repository",
+    "thread_incident": "bot.store.repository",
+    "incident_origin": "bot.store.repository",
+    "IncidentOrigin": "bot.store.repository",
     "SchemaTooNew": "bot.store.db",
     "RecordResult": "bot.store.views",
     "HistoryRow": "bot.store.views",

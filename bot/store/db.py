@@ -68,6 +68,17 @@ def connectivity() -> Iterator[None]:
         raise StoreUnavailable(one_line(exc, typed=True)) from exc
 
 
+def database_problem(url: str) -> str | None:
+    """Why the database at `url` cannot be used right now (one line), or None when `SELECT 1`
+    works. A cheap probe for health checks: no migration, no spool drain."""
+    try:
+        with connectivity(), get_engine(url).connect() as conn:
+            conn.execute(text("SELECT 1"))
+    except StoreUnavailable as exc:
+        return one_line(exc)
+    return None
+
+
 def normalize_url(url: str) -> str:
     """Map the PostgreSQL URL spellings to psycopg 3; expand `~` in SQLite file paths."""
     for prefix in ("postgresql://", "postgres://", "postgresql+psycopg2://"):

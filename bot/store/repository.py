@@ -17,8 +17,9 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import Callable
-from datetime import UTC, datetime
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from sqlalchemy import (
@@ -27,6 +28,7 @@ from sqlalchemy import (
     and_,
     case,
     column,
+    delete,
     func,
     insert,
     select,
@@ -40,7 +42,7 @@ from sqlalchemy.exc import IntegrityError, OperationalError, SQLAlchemyError
 from bot.config import Settings, get_settings
 from bot.fingerprint import fingerprint, signature_line
 from bot.logs import describe_exception
-from bot.schema import Diagnosis, Source, to_data
+from bot.schema import CommandRun, Diagnosis, Source, to_data
 from bot.store import spool
 from bot.store.db import (
     SchemaTooNew,
@@ -59,6 +61,7 @@ from bot.store.tables import (
     Feedback,
     IncidentEvent,
     IncidentGroup,
+    SlackEventKey,
 )
 from bot.store.views import GroupInfo, HistoryRow, RecordResult, parse_ref, parse_since
 
@@ -400,6 +403,14 @@ def record_command(
         return None
 
 
+def record_commands(runs: Sequence[CommandRun], *, settings: Settings | None = None) -> None:
+    """Audit each command a check ran (spooled, like every row, while the database is down)."""
+    for run in runs:
+        record_command(host=run.host, command_id=run.command_id, duration_s=run.duration_s,
+                       exit_code=run.exit_code, bytes_out=run.bytes_out, error=run.error,
+                       run_id=run.run_id, who=run.who, settings=settings)
+
+
 def _write_command(engine: Engine, entry: dict[str, Any]) -> int:
     row = dict(entry["command"])
     row["created_at"] = datetime.fromisoformat(row["created_at"])
@@ -709,3 +720,69 @@ def feedback(
 
     with connectivity():
         return _retry_locked(attempt)
+
+
+# --------------------------------------------------------------------------- Slack's lookups
+
+
+def claim_event_key(
+    key: str, *, prune_before: datetime | None = None, settings: Settings | None = None
+) -> bool:
+    """INSERT `key` into slack_event_keys: True for the first inserter anywhere, False when
+    the unique key says another process (or replica) already has it. Keys older than
+    `prune_before` are deleted in the same transaction. Raises StoreUnavailable."""
+    engine = open_store(settings)
+    try:
+        with connectivity(), write_engine(engine).begin() as conn:
+            if prune_before is not None:
+                conn.execute(delete(SlackEventKey).where(SlackEventKey.created_at < prune_before))
+            conn.execute(insert(SlackEventKey).values(key=key, created_at=_now()))
+    except IntegrityError:
+        return False
+    return True
+
+
+# How far back "the incident of this thread" is looked for.
+THREAD_DAYS = 30
+
+
+def thread_incident(channel: str, thread: str, *, settings: Settings | None = None) -> int | None:
+    """The newest incident diagnosed in this Slack thread within THREAD_DAYS, or None."""
+    engine = open_store(settings)
+    E = IncidentEvent
+    since = _now() - timedelta(days=THREAD_DAYS)
+    with connectivity(), engine.connect() as conn:
+        found = conn.execute(
+            select(E.id)
+            .where(E.channel == channel, E.thread == thread, E.created_at >= since)
+            .order_by(E.id.desc())
+            .limit(1)
+        ).scalar()
+    return int(found) if found is not None else None
+
+
+@dataclass(frozen=True, slots=True)
+class IncidentOrigin:
+    """Where an incident was diagnosed, and the command of one of its fixes (None: no such
+    fix). A click names an incident and a fix; the text recorded, and the channel the click
+    must come from, are the store's, not the click's."""
+
+    channel: str | None
+    fix_command: str | None
+
+
+def incident_origin(
+    incident_id: int, fix_id: str | None = None, *, settings: Settings | None = None
+) -> IncidentOrigin | None:
+    """The origin of incident `incident_id` (None: no such incident)."""
+    engine = open_store(settings)
+    with connectivity(), engine.connect() as conn:
+        E = IncidentEvent
+        row = conn.execute(select(E.channel, E.fixes).where(E.id == incident_id)).first()
+    if row is None:
+        return None
+    command = None
+    for fix in row.fixes or []:
+        if isinstance(fix, dict) and fix_id is not None and fix.get("id") == fix_id:
+            command = str(fix.get("command") or fix.get("title") or fix_id)
+    return IncidentOrigin(row.channel, command)

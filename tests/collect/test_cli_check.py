@@ -52,18 +52,27 @@ def test_check_without_inventory_is_a_usage_error(
 
 
 @pytest.mark.slow
-def test_chat_check_respects_the_hosts_channels(sshd: Sshd, tmp_path: Path) -> None:
-    from bot.collect import check
-    from bot.collect.inventory import HostRefused
+def test_chat_check_respects_the_hosts_channels_and_the_terminal_has_none(
+        sshd: Sshd, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from bot.flows import Asker, check_hosts
     from bot.kb.loader import load_kb
 
     inv = sshd.inventory(tmp_path, {"gpu-01": {"scenario": "mig", "channels": ["C-GPU"]}})
-    with pytest.raises(HostRefused, match="not allowed from this channel"):
-        check("gpu-01", kb=load_kb(), channel="C-OTHER", inventory=inv)
-    with pytest.raises(HostRefused, match="not from chat"):
-        check("localhost", kb=load_kb(), channel="C-GPU", inventory=inv)
-    d = check("gpu-01", kb=load_kb(), channel="C-GPU", user="U1", inventory=inv)
-    assert d.host == "gpu-01" and d.facts.gpu_name == "NVIDIA H200"
+
+    def chat(channel: str, host: str = "gpu-01") -> str | None:
+        asker = Asker(origin="slack", user="U1", channel=channel, thread="1.2")
+        [result] = check_hosts([host], asker, load_kb, inventory=inv, store=False)
+        if result.answer is not None:
+            assert result.answer.diagnosis.facts.gpu_name == "NVIDIA H200"
+            assert result.answer.diagnosis.host == "gpu-01"
+        return result.snapshot.error
+
+    assert "not allowed from this channel" in (chat("C-OTHER") or "")
+    assert "not from chat" in (chat("C-GPU", "localhost") or "")
+    assert chat("C-GPU") is None
+    assert inv.path is not None
+    assert main(["check", "gpu-01", "--inventory", str(inv.path), "--no-store"]) == 0
+    assert "NVIDIA H200" in capsys.readouterr().out
 
 
 def test_hostile_names_are_refused_even_without_an_inventory(

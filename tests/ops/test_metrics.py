@@ -1,5 +1,5 @@
 """/metrics: the text exposition format, and the counters fed where the events happen (the
-Slack Web API client, the collector's entry point). The diagnosis, latency and dedup counters
+Slack Web API client, the check flow). The diagnosis, latency and dedup counters
 are checked end to end in test_replicas."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import yaml
 from slack_sdk.errors import SlackApiError
 
 from bot import metrics
-from bot.collect import CollectFailed
-from bot.slack import backend
+from bot.flows import Asker, check_hosts
+from bot.kb.loader import load_kb
 from bot.slack.app import web_client
 from tests.slack.conftest import make_settings
 from tests.slack.fakes import FakeSlack
@@ -60,6 +60,7 @@ def test_a_host_that_cannot_be_collected_counts_as_an_ssh_error(
         "hosts": [{"name": "gpu-gone", "address": "127.0.0.1", "port": 9, "user": "ops"}]}))
     monkeypatch.setenv("INFERBOT_INVENTORY", str(hosts))
     before = metrics.SSH_ERRORS.value()
-    with pytest.raises(CollectFailed):
-        backend.collect_and_diagnose("gpu-gone", channel="C1", thread="1.2", user="U1")
-    assert metrics.SSH_ERRORS.value() == before + 1
+    asker = Asker(origin="slack", user="U1", channel="C1", thread="1.2")
+    [result] = check_hosts(["gpu-gone", "gpu1;id"], asker, load_kb, store=False)[:1]
+    assert result.answer is None and result.snapshot.error
+    assert metrics.SSH_ERRORS.value() == before + 1  # the refused name is not an SSH error

@@ -245,6 +245,28 @@ def test_check_by_someone_not_allowed_is_refused_with_who_can(endpoint: Endpoint
     assert fake.posts() == []
 
 
+def test_chat_never_checks_the_bot_s_own_machine(fake: FakeSlack, tmp_path: Path) -> None:
+    # the terminal's operator setting does not open this machine to chat
+    with serving(make_settings(fake, tmp_path, allow_localhost=True), fake) as ep:
+        ep.event(mention("check localhost"))
+        text = all_text(final_answer(fake))
+    assert "refused 'localhost'" in text and "not from chat" in text
+
+
+def test_a_host_limited_to_other_channels_is_refused_here(
+        fake: FakeSlack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text(json.dumps({
+        "known_hosts": str(tmp_path / "known_hosts"), "ssh_config": str(tmp_path / "none"),
+        "hosts": [{"name": "gpu-07", "address": "127.0.0.1", "port": 9, "user": "ops",
+                   "channels": ["C0ELSEWHERE"]}]}))
+    monkeypatch.setenv("INFERBOT_INVENTORY", str(hosts))
+    with serving(make_settings(fake, tmp_path), fake) as ep:
+        ep.event(mention("check gpu-07"))  # asked in C0INCIDENT1
+        text = all_text(final_answer(fake))
+    assert "refused 'gpu-07': not allowed from this channel" in text
+
+
 # --------------------------------------------------------------------------- clicks
 
 

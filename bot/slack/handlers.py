@@ -1,0 +1,363 @@
+"""What happens after the ack: one small handler per verb, each a flow (bot.flows) and its
+rendering (bot.slack.blocks), sent through `Outbound`.
+
+Handlers run on the worker pool, never in a listener. A message is answered once across
+replicas (`Dedup`), collection is for the people and channels the settings allow
+(`Authorizer`, on every request and every click), and the rest of the policy is the flows'.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from slack_bolt import Respond
+
+from bot import flows, metrics
+from bot.config import Settings
+from bot.errors import one_line
+from bot.flows import Asker, NotStored, Spooled, Stored, StoreDown
+from bot.render.text import numbers
+from bot.schema import Diagnosis
+from bot.slack import blocks
+from bot.slack.authz import Authorizer
+from bot.slack.blocks import Reply
+from bot.slack.dedup import Dedup, message_key
+from bot.slack.files import download_all
+from bot.slack.outbound import Outbound
+from bot.slack.parse import HOST_RE, ParseError, Request, history_query, host_arg, parse, size_query
+from bot.slack.payloads import ActionBody, CommandBody, FeedbackMeta, MessageEvent
+
+if TYPE_CHECKING:
+    from bot.kb.loader import KB
+    from bot.sizing.calculators import SizeReport
+    from bot.slack.parse import SizeQuery
+
+log = logging.getLogger("inferbot.slack")
+
+FIX_VALUE = re.compile(r"^(\d{1,18}):([a-z0-9][a-z0-9_.:-]{0,99})$")
+_INCIDENT_REF = re.compile(r"(?:#?\d{1,18}|g\d{1,18})")
+STORE_DOWN = "The incident store is unavailable right now; try again in a minute."
+
+
+@dataclass
+class Handlers:
+    """The handlers and what they share: the settings, the way out, who may collect, the
+    dedup, the KB, and `later` (work queued behind the answers waiting, such as charts)."""
+
+    settings: Settings
+    out: Outbound
+    authz: Authorizer
+    dedup: Dedup
+    kb: Callable[[], KB]
+    later: Callable[..., None]
+
+    # ----- messages (mentions, DMs)
+
+    def message(self, msg: MessageEvent, bot_user_id: str | None,
+                received: float | None = None) -> None:
+        """Answer one message (once across replicas); `received` (time.monotonic() when the
+        request arrived) starts the reply-latency clock, so queueing behind a burst counts."""
+        started = received if received is not None else time.monotonic()
+        if not self.dedup.claim(message_key(msg.channel, msg.ts)):
+            log.info("duplicate delivery of %s/%s ignored", msg.channel, msg.ts)
+            return
+        req = parse(msg.text, bot_user_id, has_files=bool(msg.files))
+        asker = Asker(origin="slack", user=msg.user or "", channel=msg.channel,
+                      thread=msg.thread)
+        if req.verb == "paste":
+            self.paste(msg, req, asker)
+        elif req.verb == "check":
+            self.check(asker, req.args)
+        else:
+            self.out.post(msg.channel, msg.thread, self.quick(req, asker))
+            if req.verb == "size":
+                self.later(self.size_chart, req.args, msg.channel, msg.thread)
+        metrics.REPLY_SECONDS.observe(time.monotonic() - started, req.verb)
+
+    def quick(self, req: Request, asker: Asker) -> Reply:
+        """The verbs answered from the store, the KB or the calculators (no collection)."""
+        try:
+            if req.verb == "history":
+                return self.history(req.args)
+            if req.verb == "size":
+                text = _size_text(_size(size_query(req.args)))
+                return blocks.preformatted("*Sizing*", text, "sizing.txt")
+            if req.verb == "resolve":
+                return self.resolve(req.args, asker)
+            if req.verb == "kb":
+                kb = self.kb()
+                log_entries = [(c.version, c.date, list(c.changes)) for c in kb.meta.changelog]
+                return blocks.kb_reply(kb.version, kb.content_hash, log_entries)
+        except StoreDown:
+            return blocks.message(STORE_DOWN)
+        except ValueError as exc:  # ParseError, and the calculators' unknown model or GPU
+            return blocks.message(blocks.esc(one_line(exc)))
+        return blocks.help_reply()
+
+    def paste(self, msg: MessageEvent, req: Request, asker: Asker) -> None:
+        looking = self.out.post(msg.channel, msg.thread, blocks.looking("the paste"))
+        try:
+            text, notes = self.gather(req.paste, msg.files)
+            if not text.strip():
+                reply = blocks.message("\n".join(blocks.esc(n) for n in notes) + "\n"
+                                       + blocks.HELP)
+                self.out.update(msg.channel, looking, msg.thread, reply)
+                return
+            answer = flows.diagnose_and_record(text, asker, self.kb(), settings=self.settings)
+            self.answer(answer, asker, looking, notes)
+        except Exception as exc:  # never leave "Looking…" standing
+            self.out.update(msg.channel, looking, msg.thread, blocks.message(
+                f"Sorry, that failed ({type(exc).__name__}); the error is in the bot's log."))
+            raise
+
+    def gather(self, paste: str, files: list[dict[str, Any]]) -> tuple[str, list[str]]:
+        """The text to diagnose: the paste and each snippet, each bounded."""
+        notes: list[str] = []
+        limit = self.settings.max_paste_bytes
+        data = paste.encode()
+        if len(data) > limit:
+            paste = data[:limit].decode(errors="ignore")
+            notes.append(f"the paste was cut to its first {limit // 1024} KiB")
+        parts = [paste] if paste.strip() else []
+        if files:
+            token = self.settings.bot_token.get_secret_value() if self.settings.bot_token else ""
+            for got in download_all(files, self.out.client, token,
+                                    self.settings.max_file_bytes, self.settings.slack_api_url):
+                if got.skipped:
+                    notes.append(got.skipped)
+                    continue
+                parts.append(got.text)
+                if got.truncated:
+                    notes.append(f"{got.name}: only the first "
+                                 f"{self.settings.max_file_bytes // 1024} KiB were read")
+        return "\n".join(parts), notes
+
+    def answer(self, answer: flows.Answer, asker: Asker, looking: str,
+               notes: Iterable[str] = ()) -> None:
+        """Replace the "looking" message with the answer; the chart follows."""
+        d, channel, thread = answer.diagnosis, asker.channel or "", asker.thread or ""
+        reply = _answer_reply(answer)
+        extra = [blocks.context(blocks.esc(n)) for n in notes]
+        if extra and len(reply.blocks) + len(extra) <= blocks.MAX_BLOCKS:
+            reply = reply.model_copy(update={"blocks": reply.blocks + extra})
+        self.out.update(channel, looking, thread, reply)
+        if d.problems and numbers(d):
+            # Rendering takes a few hundred ms of CPU: queued behind the answers already
+            # waiting, so a burst gets every text answer before the charts.
+            self.later(self.chart, d, channel, thread)
+
+    def chart(self, source: Diagnosis | SizeReport, channel: str, thread: str) -> None:
+        from bot.sizing.chart import chart_png
+
+        png = chart_png(source)
+        if png:
+            self.out.upload(channel, thread, png, "memory-budget.png", "GPU memory budget")
+
+    def size_chart(self, args: list[str], channel: str, thread: str) -> None:
+        """The sizing's memory chart, after its text answer (a bad query was answered)."""
+        try:
+            report = _size(size_query(args))
+        except ValueError:
+            return
+        self.chart(report, channel, thread)
+
+    # ----- the slash command
+
+    def slash(self, body: CommandBody, req: Request, respond: Respond) -> None:
+        """`/inferbot ...` answers through response_url (slash commands have no thread):
+        privately, except a diagnosis, which the channel sees."""
+        asker = Asker(origin="slack", user=body.user_id, channel=body.channel_id, thread="")
+        if req.verb not in ("paste", "check"):
+            reply = self.quick(req, Asker(origin="slack", user=body.user_id,
+                                          channel=body.channel_id))
+            respond(text=reply.text, blocks=reply.blocks, response_type="ephemeral")
+            return
+        try:
+            if req.verb == "check":
+                host = host_arg(req.args)
+                if not self.authz.may_collect(asker.user or "", asker.channel):
+                    respond(text=f"You may not collect from hosts. {self.authz.who_can()}",
+                            response_type="ephemeral")
+                    return
+                answer = self.collect_one(asker, host)
+            else:
+                answer = flows.diagnose_and_record(req.paste[:self.settings.max_paste_bytes],
+                                                   asker, self.kb(), settings=self.settings)
+        except Exception as exc:  # a refused or unreachable host, a bad word: say why
+            respond(text=blocks.esc(one_line(exc)), response_type="ephemeral")
+            return
+        reply = _answer_reply(answer)
+        respond(text=reply.text, blocks=reply.blocks, response_type="in_channel")
+
+    # ----- collection
+
+    def check(self, asker: Asker, args: list[str]) -> None:
+        try:
+            host = host_arg(args)
+        except ParseError as exc:
+            self.out.post(asker.channel or "", asker.thread or "",
+                          blocks.message(blocks.esc(one_line(exc))))
+            return
+        self.collect(asker, host)
+
+    def collect(self, asker: Asker, host: str) -> None:
+        """`check HOST` or a "Collect from HOST" click, in the thread."""
+        channel, thread, user = asker.channel or "", asker.thread or "", asker.user or ""
+        if not self.authz.may_collect(user, channel):
+            self.out.ephemeral(channel, user, thread,
+                               f"You may not collect from hosts. {self.authz.who_can()}")
+            return
+        looking = self.out.post(channel, thread, blocks.looking(host))
+        try:
+            answer = self.collect_one(asker, host)
+        except Exception as exc:  # refused by the inventory, unreachable, timed out
+            self.out.update(channel, looking, thread, blocks.message(
+                f"Could not collect from `{blocks.esc(host)}`: "
+                f"{blocks.esc(one_line(exc))}"))
+            return
+        self.answer(answer, asker, looking)
+
+    def collect_one(self, asker: Asker, host: str) -> flows.Answer:
+        """One host through the check flow; CollectFailed with its reason when it gave
+        nothing to diagnose (refused, unreachable, timed out)."""
+        [result] = flows.check_hosts([host], asker, self.kb, settings=self.settings)
+        if result.answer is None:
+            raise CollectFailed(result.snapshot.error or f"{host}: nothing collected")
+        return result.answer
+
+    # ----- store-backed verbs
+
+    def history(self, args: list[str]) -> Reply:
+        q = history_query(args)
+        rows = flows.history(flows.HistoryQuery(host=q.host, problem=q.problem, model=q.model,
+                                                since=q.since, search=q.search, limit=10),
+                             self.settings)
+        from bot.store import format_history_text
+
+        described = ", ".join(f"{k} {v}" for k, v in q.model_dump(exclude_none=True).items())
+        title = f"*History*{' (' + blocks.esc(described) + ')' if described else ''}"
+        return blocks.history_reply(title, format_history_text(rows))
+
+    def resolve(self, args: list[str], asker: Asker) -> Reply:
+        """`resolve [INCIDENT] FIX`: the incident is the one given, else this thread's."""
+        ref: str | None = None
+        if args and _INCIDENT_REF.fullmatch(args[0]):
+            ref, args = args[0].lstrip("#"), args[1:]
+        fix = " ".join(args).strip() or "marked fixed"
+        try:
+            group = flows.resolve(ref, asker, fix=fix, settings=self.settings)
+        except flows.NoIncident:
+            return blocks.message("Which incident? Say `resolve FIX` in the incident's thread, "
+                                  "or `resolve INCIDENT FIX`.")
+        except (LookupError, ValueError) as exc:
+            return blocks.message(blocks.esc(one_line(exc)))
+        used = blocks.esc(group.resolution_fix or fix)
+        return blocks.message(f"Resolved group g{group.group_id} (seen {group.count}x) "
+                              f"with: `{used}`")
+
+    def fixed(self, body: ActionBody) -> None:
+        """"This fixed it": the value names incident and fix; the flow takes the fix's text
+        from the store, and the click must come from the incident's own channel."""
+        channel = body.channel.id if body.channel else ""
+        m = FIX_VALUE.match(body.value)
+        if m is None:
+            log.warning("fix_worked: malformed value refused")
+            return
+        incident_id, fix_id = int(m.group(1)), m.group(2)
+        asker = Asker(origin="slack", user=body.user.id, channel=channel, thread=body.thread)
+        try:
+            worked = flows.resolve_with_fix(incident_id, fix_id, asker, settings=self.settings)
+        except StoreDown:
+            self.out.ephemeral(channel, body.user.id, body.thread,
+                               "The incident store is unavailable; try again in a minute.")
+            return
+        except LookupError as exc:
+            self.out.ephemeral(channel, body.user.id, body.thread, str(exc))
+            return
+        if body.thread:
+            self.out.post(channel, body.thread, blocks.message(
+                f"<@{body.user.id}> marked incident {incident_id} fixed by "
+                f"`{blocks.esc(worked.command)}` (group g{worked.group.group_id}, seen "
+                f"{worked.group.count}x)."))
+
+    def wrong(self, meta: FeedbackMeta, note: str, user: str) -> None:
+        """"Wrong diagnosis" submitted: stored as feedback on an incident of that channel."""
+        asker = Asker(origin="slack", user=user, channel=meta.channel, thread=meta.thread)
+        try:
+            flows.feedback(meta.incident_id, asker, note=note, settings=self.settings)
+            text = f"Thanks: your note on incident {meta.incident_id} was recorded."
+        except StoreDown:
+            text = "The incident store is unavailable; your note was not recorded."
+        except LookupError as exc:
+            text = str(exc)
+        self.out.ephemeral(meta.channel, user, meta.thread, text)
+
+    # ----- App Home
+
+    def home(self, user: str) -> None:
+        recent: list[str] = []
+        recurring: list[str] = []
+        note = None
+        try:
+            rows = flows.history(flows.HistoryQuery(limit=200), self.settings)
+        except StoreDown:
+            rows, note = [], "The incident store is unavailable right now."
+        for r in rows[:15]:
+            when = r.created_at.strftime("%Y-%m-%d %H:%M")
+            recent.append(f"`#{r.incident_id}` {when} · {blocks.esc(r.host or '-')} · "
+                          f"{blocks.esc(r.problem_title or r.problem_id or 'no match')}"
+                          f" · {r.status}")
+        groups: dict[int, Any] = {}
+        for r in rows:
+            if r.count > 1:
+                groups.setdefault(r.group_id, r)
+        for r in sorted(groups.values(), key=lambda r: -r.count)[:10]:
+            fixed = f", fixed by `{blocks.esc(r.resolution_fix)}`" if r.resolution_fix else ""
+            recurring.append(f"`g{r.group_id}` {r.count}x · {blocks.esc(r.host or '-')} · "
+                             f"{blocks.esc(r.problem_id or 'no match')}{fixed}")
+        view = blocks.home_view(recent, recurring, self.kb().version, note)
+        self.out.client.views_publish(user_id=user, view=view)
+
+
+class CollectFailed(Exception):
+    """A host gave nothing to diagnose. `str()` is one line for the user."""
+
+
+def _answer_reply(answer: flows.Answer) -> Reply:
+    """The diagnosis as a reply, with what became of its record; counted by its problem."""
+    d = answer.diagnosis
+    rec = answer.record
+    if isinstance(rec, Stored):
+        history_line, incident_id = rec.line, rec.incident_id
+    elif isinstance(rec, Spooled):
+        history_line, incident_id = ("History unavailable: the incident store is down; this "
+                                     "incident is kept and stored when it is back."), None
+    elif isinstance(rec, NotStored):
+        history_line, incident_id = ("History unavailable: the incident could not be "
+                                     "recorded."), None
+    else:
+        history_line, incident_id = None, None
+    metrics.DIAGNOSES.inc(d.problems[0].id if d.problems else "none")
+    collectable = d.host if d.host and HOST_RE.match(d.host) else None
+    return blocks.answer(d, history_line=history_line, incident_id=incident_id, host=d.host,
+                         can_collect_from=collectable)
+
+
+def _size(q: SizeQuery) -> SizeReport:
+    """`size MODEL on GPU ...`: the calculators. ValueError for an unknown model/GPU."""
+    from bot.sizing.calculators import size
+
+    return size(q.model, q.gpu, gpus=q.gpus, tp=q.tp, max_model_len=q.max_model_len,
+                concurrency=q.concurrency, kv_cache_dtype=q.kv_cache_dtype,
+                gpu_memory_utilization=q.gpu_memory_utilization)
+
+
+def _size_text(report: SizeReport) -> str:
+    from bot.sizing.calculators import render_size_text
+
+    return render_size_text(report)
