@@ -128,7 +128,7 @@ def _store_down(exc: Exception) -> Failure:
 
 def cmd_history(args: argparse.Namespace) -> int:
     from bot.flows import HistoryQuery, StoreDown, history
-    from bot.store.views import format_history_json, format_history_text
+    from bot.store import format_history_json, format_history_text
 
     try:
         rows = history(HistoryQuery(host=args.host, problem=args.problem, model=args.model,

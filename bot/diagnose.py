@@ -77,12 +77,12 @@ def diagnose(evidence: Evidence, kb: KB, stream: BinaryIO | None = None) -> Diag
     problems = result.problems
 
     top = problems[0] if problems else None
-    digest, _ = fingerprint(top.id if top else None, signature_line(top.evidence if top else []),
-                            evidence.host, facts.model)
+    key = fingerprint(top.id if top else None, signature_line(top.evidence if top else []),
+                      evidence.host, facts.model)
     return Diagnosis(
         kb_version=kb.version,
         kb_hash=kb.content_hash,
-        fingerprint=digest,
+        fingerprint=key,
         host=evidence.host,
         problems=problems,
         causes=result.causes,

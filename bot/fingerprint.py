@@ -3,8 +3,8 @@
 Two pastes of one failure differ in timestamps, PIDs, request ids, container ids, temp paths and
 the exact byte counts; grouping must look through all of that, or every paste is a new incident
 and "seen 5 times since Monday" never appears. So the signature line is masked before hashing,
-and the inputs (problem, masked line, host, model) are returned alongside the digest: the store
-keeps them so a group can explain why its events were grouped.
+and the inputs (problem, masked line, host, model) travel with the digest (`Fingerprint`): the
+store keeps them so a group can explain why its events were grouped.
 
 Standard library only: the diagnose core calls this on the `inferbot diagnose` start-up path.
 Every pattern is linear (no nested quantifiers) and the line is bounded first, so hostile input
@@ -16,6 +16,8 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from bot.lazyre import lazy
 
@@ -73,27 +75,55 @@ def mask_line(line: str) -> str:
     return _SPACE.sub(" ", s).strip()
 
 
+@dataclass(frozen=True, slots=True)
+class Fingerprint:
+    """Which incident a diagnosis is: the digest, and the normalised inputs it was taken from
+    (the top problem, its masked signature line, the host and the model, case-folded, "" where
+    unknown). Computed once, by the core; the store keeps the inputs so a group can explain
+    why its events were grouped. In JSON it is the digest alone."""
+
+    digest: str
+    problem: str
+    signature: str
+    host: str
+    model: str
+
+    def json_value(self) -> str:
+        return self.digest
+
+    def parts(self) -> dict[str, str]:
+        return {"problem": self.problem, "signature": self.signature, "host": self.host,
+                "model": self.model}
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> Any:
+        """To pydantic (JSON Schema, validation) a fingerprint is its digest, a string."""
+        from pydantic_core import core_schema
+
+        return core_schema.no_info_after_validator_function(
+            lambda digest: digest if isinstance(digest, cls) else cls(digest, "", "", "", ""),
+            core_schema.str_schema(),
+            serialization=core_schema.plain_serializer_function_ser_schema(
+                lambda f: f.digest if isinstance(f, cls) else f))
+
+
 def fingerprint(
     problem_id: str | None, signature_line: str | None, host: str | None, model: str | None
-) -> tuple[str, dict[str, str]]:
-    """(digest, parts): a deterministic digest of the normalised inputs, and those inputs.
-
-    `parts` has the keys problem, signature (masked), host and model, "" where unknown. Host and
-    model are case-folded (hostnames and Hugging Face ids are case-insensitive in practice).
-    The digest is 32 hex characters (128 bits of SHA-256): collisions are not a concern.
+) -> Fingerprint:
+    """A deterministic digest of the normalised inputs, with those inputs. Host and model are
+    case-folded (hostnames and Hugging Face ids are case-insensitive in practice). The digest
+    is 32 hex characters (128 bits of SHA-256): collisions are not a concern.
     """
-    parts = {
-        "problem": (problem_id or "").strip(),
-        "signature": mask_line(signature_line or ""),
-        "host": (host or "").strip().lower(),
-        "model": (model or "").strip().lower(),
-    }
-    payload = "\x1f".join(parts[k] for k in ("problem", "signature", "host", "model"))
-    return hashlib.sha256(payload.encode("utf-8")).hexdigest()[:32], parts
+    problem = (problem_id or "").strip()
+    signature = mask_line(signature_line or "")
+    host_ = (host or "").strip().lower()
+    model_ = (model or "").strip().lower()
+    payload = "\x1f".join((problem, signature, host_, model_))
+    digest = hashlib.sha256(payload.encode("utf-8")).hexdigest()[:32]
+    return Fingerprint(digest, problem, signature, host_, model_)
 
 
 def signature_line(evidence: Sequence[str]) -> str:
     """The line an incident's fingerprint is taken from: the top problem's latest evidence line,
-    where the process failed. The core and the store both ask here, so a group's stored
-    explanation is exactly what its key was computed from."""
+    where the process failed."""
     return evidence[-1] if evidence else ""

@@ -14,7 +14,6 @@ diagnose` pays only for what it uses.
 from __future__ import annotations
 
 import dataclasses
-import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +29,6 @@ if TYPE_CHECKING:
     from bot.kb.loader import KB
     from bot.store import GroupInfo, HistoryRow
 
-log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 Origin = Literal["cli", "slack"]
@@ -105,11 +103,13 @@ def record(d: Diagnosis, asker: Asker, *, source: Source | None = None,
     try:
         from bot.store import record as store_record
 
-        result = store_record(d, source=source or asker.origin, host=d.host, user=asker.user,
+        result = store_record(d, source=source or asker.origin, user=asker.user,
                               channel=asker.channel, thread=asker.thread, excerpt=d.excerpt,
                               settings=settings)
     except Exception as exc:  # the answer is already given: report, never raise
-        log.error("recording failed: %s", one_line(exc, typed=True))
+        import logging  # only here: the diagnose path does not pay for it
+
+        logging.getLogger(__name__).error("recording failed: %s", one_line(exc, typed=True))
         return NotStored(one_line(exc))
     if result.spooled:
         return Spooled(result.warning or "the incident store is down; the incident is spooled")

@@ -21,6 +21,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypeVar
 
+from bot.fingerprint import Fingerprint
+
 GIB = 1 << 30
 MIB = 1 << 20
 
@@ -40,7 +42,26 @@ def parse(cls: type[T], data: Any) -> T:
 
 def to_data(obj: Any) -> dict[str, Any]:
     """Plain dict/list/scalar form of a schema object, ready for JSON."""
-    return dataclasses.asdict(obj)
+    data = _plain(obj)
+    assert isinstance(data, dict)
+    return data
+
+
+def _plain(value: Any) -> Any:
+    """`dataclasses.asdict`, except that a value with a `json_value()` (a Fingerprint) is
+    shown as what that returns."""
+    json_value = getattr(value, "json_value", None)
+    if callable(json_value):
+        return _plain(json_value())
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_plain(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
 
 
 def to_json(obj: Any, indent: int | None = None) -> str:
@@ -348,7 +369,7 @@ class Diagnosis(Strict):
 
     kb_version: str
     kb_hash: str = ""
-    fingerprint: str
+    fingerprint: Fingerprint
     incident_id: int | None = None
     host: str | None = None
     problems: list[ProblemMatch] = field(default_factory=list)

@@ -209,7 +209,7 @@ def render(d: Diagnosis) -> str:
         lines.append("")
         lines.append(f"note: {d.input.note}")
     lines.append("")
-    lines.append(f"KB {d.kb_version} ({d.kb_hash}) · fingerprint {d.fingerprint}")
+    lines.append(f"KB {d.kb_version} ({d.kb_hash}) · fingerprint {d.fingerprint.digest}")
     return "\n".join(lines)
 
 

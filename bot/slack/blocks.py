@@ -166,7 +166,7 @@ def answer(d: Diagnosis, *, history_line: str | None, incident_id: int | None,
     actions = _actions(incident_id, can_collect_from)
     if actions:
         tail.append({"type": "actions", "block_id": "incident_actions", "elements": actions})
-    tail.append(context(f"KB {esc(d.kb_version)} · fingerprint `{esc(d.fingerprint)}`"
+    tail.append(context(f"KB {esc(d.kb_version)} · fingerprint `{esc(d.fingerprint.digest)}`"
                         + (f" · incident {incident_id}" if incident_id is not None else "")
                         + (f" · host {esc(host)}" if host else "")))
     blocks = must + optional + tail

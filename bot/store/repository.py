@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 from sqlalchemy import (
     ColumnElement,
     Row,
+    Select,
     and_,
     case,
     column,
@@ -40,7 +41,6 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError, OperationalError, SQLAlchemyError
 
 from bot.config import Settings, get_settings
-from bot.fingerprint import fingerprint, signature_line
 from bot.logs import describe_exception
 from bot.schema import CommandRun, Diagnosis, Source, to_data
 from bot.store import spool
@@ -141,7 +141,6 @@ def build_entry(
     diagnosis: Diagnosis,
     *,
     source: Source | str,
-    host: str | None,
     user: str | None,
     channel: str | None,
     thread: str | None,
@@ -151,17 +150,13 @@ def build_entry(
     """The rows to write, as plain JSON data: what is spooled and what is inserted.
 
     Built once, before the database is touched, so a spooled event is byte-for-byte the event
-    that would have been written, and its idempotency key is fixed from the start.
+    that would have been written, and its idempotency key is fixed from the start. The group
+    is the diagnosis's own fingerprint: the core computed it, the store only keeps it.
     """
-    top = diagnosis.top
     facts = diagnosis.facts
+    key = diagnosis.fingerprint
     created = (created_at or _now()).astimezone(UTC).isoformat()
     excerpt = _cap(excerpt or diagnosis.excerpt)
-    digest, parts = fingerprint(
-        top.id if top else None, signature_line(top.evidence if top else []),
-        diagnosis.host or host, facts.model
-    )
-    key = diagnosis.fingerprint or digest
     labels = " ".join(
         [f"{p.id} {p.title}" for p in diagnosis.problems]
         + [f"{c.id} {c.title}" for c in diagnosis.causes]
@@ -174,12 +169,12 @@ def build_entry(
         "channel": channel,
         "thread": thread,
         "user_name": user,
-        "host": parts["host"],
+        "host": key.host,
         "model": facts.model,
         "engine": facts.engine,
         "engine_version": facts.engine_version,
-        "problem_id": parts["problem"],
-        "fingerprint": key,
+        "problem_id": key.problem,
+        "fingerprint": key.digest,
         "kb_version": diagnosis.kb_version,
         "problems": [to_data(p) for p in diagnosis.problems],
         "causes": [to_data(c) for c in diagnosis.causes],
@@ -190,11 +185,11 @@ def build_entry(
         "diagnosis": to_data(diagnosis),
     }
     group = {
-        "fingerprint": key,
-        "problem_id": parts["problem"],
-        "signature": parts["signature"],
-        "host": parts["host"],
-        "model": parts["model"],
+        "fingerprint": key.digest,
+        "problem_id": key.problem,
+        "signature": key.signature,
+        "host": key.host,
+        "model": key.model,
         "engine": facts.engine,
         "engine_version": facts.engine_version,
         "kb_version": diagnosis.kb_version,
@@ -206,7 +201,6 @@ def record(
     diagnosis: Diagnosis,
     *,
     source: Source | str,
-    host: str | None = None,
     user: str | None = None,
     channel: str | None = None,
     thread: str | None = None,
@@ -224,7 +218,6 @@ def record(
     entry = build_entry(
         diagnosis,
         source=source,
-        host=host,
         user=user,
         channel=channel,
         thread=thread,
@@ -749,16 +742,21 @@ THREAD_DAYS = 30
 def thread_incident(channel: str, thread: str, *, settings: Settings | None = None) -> int | None:
     """The newest incident diagnosed in this Slack thread within THREAD_DAYS, or None."""
     engine = open_store(settings)
+    with connectivity(), engine.connect() as conn:
+        found = conn.execute(thread_incident_query(channel, thread)).scalar()
+    return int(found) if found is not None else None
+
+
+def thread_incident_query(channel: str, thread: str) -> Select[Any]:
+    """The query: ix_incident_events_channel_thread finds the thread's few rows."""
     E = IncidentEvent
     since = _now() - timedelta(days=THREAD_DAYS)
-    with connectivity(), engine.connect() as conn:
-        found = conn.execute(
-            select(E.id)
-            .where(E.channel == channel, E.thread == thread, E.created_at >= since)
-            .order_by(E.id.desc())
-            .limit(1)
-        ).scalar()
-    return int(found) if found is not None else None
+    return (
+        select(E.id)
+        .where(E.channel == channel, E.thread == thread, E.created_at >= since)
+        .order_by(E.id.desc())
+        .limit(1)
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -130,6 +130,7 @@ class IncidentEvent(Base):
         Index("ix_incident_events_model_created_at", "model", "created_at"),
         Index("ix_incident_events_group_created_at", "group_id", "created_at"),
         Index("ix_incident_events_created_at", "created_at"),
+        Index("ix_incident_events_channel_thread", "channel", "thread"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)

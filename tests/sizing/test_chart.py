@@ -8,11 +8,14 @@ from pathlib import Path
 
 import pytest
 
+from bot.fingerprint import fingerprint
 from bot.schema import Diagnosis, Facts, GpuProcess, ProblemMatch
 from bot.sizing.calculators import size
 from bot.sizing.chart import chart_data, write_chart
 from bot.sizing.plan import plan
 from tests.sizing.test_plan import KB_DIR
+
+NO_KEY = fingerprint(None, None, None, None)
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +30,7 @@ def diagnosis() -> Diagnosis:
                   processes=[GpuProcess(pid=9, name="jupyter", used_mib=1024, is_server=False)])
     problems = [ProblemMatch(id="kv-cache-no-blocks", title="t", confidence=0.9)]
     p = plan(kb, problems, facts)
-    return Diagnosis(kb_version="t", fingerprint="f", problems=problems, facts=facts,
+    return Diagnosis(kb_version="t", fingerprint=NO_KEY, problems=problems, facts=facts,
                      sizing=p.sizing, causes=p.causes, fixes=p.fixes)
 
 
@@ -53,7 +56,7 @@ def test_chart_from_a_log_only_budget_uses_non_kv() -> None:
                     gpu_total_gib=79.19, gpu_memory_utilization=0.9, weights_gib=27.52)
     from bot.sizing.budget import compute_sizing
 
-    d = Diagnosis(kb_version="t", fingerprint="f", facts=s_facts, sizing=compute_sizing(s_facts))
+    d = Diagnosis(kb_version="t", fingerprint=NO_KEY, facts=s_facts, sizing=compute_sizing(s_facts))
     data = chart_data(d)
     assert d.sizing is not None
     assert data.value("other") == pytest.approx(d.sizing.extra["non_kv_gib"] - 27.52)
@@ -61,7 +64,7 @@ def test_chart_from_a_log_only_budget_uses_non_kv() -> None:
 
 def test_chart_needs_sizing() -> None:
     with pytest.raises(ValueError, match="no memory arithmetic"):
-        chart_data(Diagnosis(kb_version="t", fingerprint="f"))
+        chart_data(Diagnosis(kb_version="t", fingerprint=NO_KEY))
 
 
 def test_chart_from_size_report() -> None:

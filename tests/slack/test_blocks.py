@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from bot.fingerprint import fingerprint
 from bot.schema import Diagnosis, Facts, Fix, Guide, ProblemMatch, Sizing
 from bot.slack import blocks
 
@@ -11,7 +12,8 @@ from bot.slack import blocks
 def diagnosis(n_fixes: int = 2, evidence_lines: int = 2, line: str = "ValueError: x < y && z"
               ) -> Diagnosis:
     return Diagnosis(
-        kb_version="1.2.0", kb_hash="abc123", fingerprint="f" * 16, host="gpu-07",
+        kb_version="1.2.0", kb_hash="abc123", host="gpu-07",
+        fingerprint=fingerprint("max-model-len-exceeds-kv-cache", "", "gpu-07", None),
         problems=[ProblemMatch(id="max-model-len-exceeds-kv-cache",
                                title="max-model-len does not fit in the KV cache",
                                confidence=0.95, evidence=[line] * evidence_lines,

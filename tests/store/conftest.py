@@ -102,7 +102,7 @@ def make_diagnosis(
     cause: str = "max-model-len-too-large",
 ) -> Diagnosis:
     """A Diagnosis as the core would produce it, fingerprint computed with the shared helper."""
-    digest, _ = fingerprint(problem, line, host, model)
+    key = fingerprint(problem, line, host, model)
     problems = (
         [ProblemMatch(id=problem, title=f"{problem} title", confidence=0.9, evidence=[line])]
         if problem
@@ -110,7 +110,7 @@ def make_diagnosis(
     )
     return Diagnosis(
         kb_version="2026.11.1",
-        fingerprint=digest,
+        fingerprint=key,
         host=host,
         problems=problems,
         causes=[CauseMatch(id=cause, title="max-model-len is too large", confidence=0.8)],

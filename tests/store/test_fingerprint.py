@@ -23,12 +23,11 @@ def test_same_paste_with_other_timestamps_and_pids_is_the_same_fingerprint() -> 
     a = fingerprint("kv-cache-no-blocks", LINE_A, "gpu-1", "meta-llama/Llama-3.1-8B")
     b = fingerprint("kv-cache-no-blocks", LINE_B, "GPU-1 ", "Meta-Llama/Llama-3.1-8B")
     assert a == b
-    assert len(a[0]) == 32
+    assert len(a.digest) == 32
 
 
 def test_parts_say_what_was_hashed() -> None:
-    _, parts = fingerprint("kv-cache-no-blocks", LINE_A, "gpu-1", "m")
-    assert parts == {
+    assert fingerprint("kv-cache-no-blocks", LINE_A, "gpu-1", "m").parts() == {
         "problem": "kv-cache-no-blocks",
         "signature": "INFO <ts> [core.py:<n>] (VllmWorker rank=<n> pid=<pid>) ValueError: "
         "No available memory for the cache blocks. Try increasing `gpu_memory_utilization`",
@@ -38,17 +37,17 @@ def test_parts_say_what_was_hashed() -> None:
 
 
 def test_host_problem_and_model_each_separate_incidents() -> None:
-    base = fingerprint("kv-cache-no-blocks", LINE_A, "gpu-1", "m")[0]
-    assert fingerprint("kv-cache-no-blocks", LINE_A, "gpu-2", "m")[0] != base
-    assert fingerprint("oom-under-load", LINE_A, "gpu-1", "m")[0] != base
-    assert fingerprint("kv-cache-no-blocks", LINE_A, "gpu-1", "other")[0] != base
-    assert fingerprint("kv-cache-no-blocks", "NCCL error", "gpu-1", "m")[0] != base
+    base = fingerprint("kv-cache-no-blocks", LINE_A, "gpu-1", "m").digest
+    assert fingerprint("kv-cache-no-blocks", LINE_A, "gpu-2", "m").digest != base
+    assert fingerprint("oom-under-load", LINE_A, "gpu-1", "m").digest != base
+    assert fingerprint("kv-cache-no-blocks", LINE_A, "gpu-1", "other").digest != base
+    assert fingerprint("kv-cache-no-blocks", "NCCL error", "gpu-1", "m").digest != base
 
 
 def test_unknowns_are_empty_not_none() -> None:
-    digest, parts = fingerprint(None, None, None, None)
-    assert parts == {"problem": "", "signature": "", "host": "", "model": ""}
-    assert digest == fingerprint("", "", "", "")[0]
+    key = fingerprint(None, None, None, None)
+    assert key.parts() == {"problem": "", "signature": "", "host": "", "model": ""}
+    assert key == fingerprint("", "", "", "")
 
 
 def test_masks_every_varying_token() -> None:
@@ -72,9 +71,9 @@ def test_model_ids_and_counters_are_not_paths() -> None:
 def test_hostile_input_is_bounded_and_fast() -> None:
     hostile = "0" * 2_000_000 + "/a" * 500_000 + "-" * 100_000
     started = time.perf_counter()
-    _digest, parts = fingerprint("p", hostile, "h", "m")
+    key = fingerprint("p", hostile, "h", "m")
     assert time.perf_counter() - started < 1.0
-    assert len(parts["signature"]) <= 1000
+    assert len(key.signature) <= 1000
 
 
 def test_start_up_path_imports_no_sqlalchemy() -> None:

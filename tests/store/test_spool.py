@@ -37,7 +37,7 @@ def _events(settings: Settings) -> int:
 def test_outage_spools_then_drains_once(settings: Settings, tmp_path: Path) -> None:
     spooled = []
     for down in _down_settings(tmp_path, settings.spool_dir):
-        r = record(make_diagnosis(), source="cli", host="gpu-1", settings=down)
+        r = record(make_diagnosis(), source="cli", settings=down)
         assert r.spooled and r.incident_id is None and r.spool_path
         assert r.warning and "spooled" in r.warning and "\n" not in r.warning
         assert r.summary() == r.warning
@@ -56,7 +56,7 @@ def test_outage_spools_then_drains_once(settings: Settings, tmp_path: Path) -> N
     )
     assert len(spool_files.pending(settings.spool_dir)) == 3
 
-    back = record(make_diagnosis(), source="cli", host="gpu-1", settings=settings)
+    back = record(make_diagnosis(), source="cli", settings=settings)
     assert not back.spooled and back.drained == 3
     assert back.count == 3  # the two spooled events and this one: one group
     assert spool_files.pending(settings.spool_dir) == []
@@ -71,10 +71,10 @@ def test_outage_spools_then_drains_once(settings: Settings, tmp_path: Path) -> N
 def test_crash_after_commit_before_unlink_does_not_duplicate(settings: Settings) -> None:
     """The spooled file is still there although its event was written: drain skips it."""
     down = Settings(database_url=DOWN_PG, spool_dir=settings.spool_dir)
-    r = record(make_diagnosis(), source="cli", host="gpu-1", settings=down)
+    r = record(make_diagnosis(), source="cli", settings=down)
     assert r.spool_path
     entry = spool_files.read(Path(r.spool_path))
-    record(make_diagnosis(), source="cli", host="gpu-9", settings=settings)  # schema, drains
+    record(make_diagnosis(), source="cli", settings=settings)  # schema, drains
     assert _events(settings) == 2
     # simulate: the event made it to the database, the process died before unlinking
     spool_files.write(settings.spool_dir, {k: v for k, v in entry.items() if k != "spool_version"})
@@ -89,7 +89,7 @@ def test_unreadable_spool_entry_is_moved_aside(settings: Settings) -> None:
     settings.spool_dir.mkdir(parents=True)
     (settings.spool_dir / "0000-broken.json").write_text("{not json")
     (settings.spool_dir / "0001-alien.json").write_text(json.dumps({"kind": "x", "uid": "1"}))
-    r = record(make_diagnosis(), source="cli", host="gpu-1", settings=settings)
+    r = record(make_diagnosis(), source="cli", settings=settings)
     assert not r.spooled and r.drained == 0
     assert sorted(p.name for p in (settings.spool_dir / "bad").iterdir()) == [
         "0000-broken.json",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from datetime import UTC, datetime
 
 import pytest
 from sqlalchemy import func, select
@@ -44,8 +45,8 @@ def _count(settings: Settings, model: type[object]) -> int:
 
 
 def test_same_paste_twice_is_one_group_two_events(settings: Settings) -> None:
-    first = record(make_diagnosis(PASTE_1), source="cli", host="gpu-1", settings=settings)
-    second = record(make_diagnosis(PASTE_2), source="slack", host="gpu-1", settings=settings)
+    first = record(make_diagnosis(PASTE_1), source="cli", settings=settings)
+    second = record(make_diagnosis(PASTE_2), source="slack", settings=settings)
     assert not first.spooled and not second.spooled
     assert first.group_id == second.group_id
     assert first.incident_id != second.incident_id
@@ -58,14 +59,14 @@ def test_same_paste_twice_is_one_group_two_events(settings: Settings) -> None:
 
 
 def test_a_different_host_is_another_group(settings: Settings) -> None:
-    a = record(make_diagnosis(PASTE_1, host="gpu-1"), source="cli", host="gpu-1", settings=settings)
-    b = record(make_diagnosis(PASTE_2, host="gpu-2"), source="cli", host="gpu-2", settings=settings)
+    a = record(make_diagnosis(PASTE_1, host="gpu-1"), source="cli", settings=settings)
+    b = record(make_diagnosis(PASTE_2, host="gpu-2"), source="cli", settings=settings)
     assert a.group_id != b.group_id
     assert (a.count, b.count) == (1, 1)
 
 
 def test_group_explains_its_grouping(settings: Settings) -> None:
-    r = record(make_diagnosis(PASTE_1), source="cli", host="GPU-1", settings=settings)
+    r = record(make_diagnosis(PASTE_1, host="GPU-1"), source="cli", settings=settings)
     g = get_group(f"g{r.group_id}", settings=settings)
     assert g == get_group(r.incident_id or 0, settings=settings)
     assert g.grouped_by["problem"] == "kv-cache-no-blocks"
@@ -81,7 +82,6 @@ def test_event_keeps_the_whole_diagnosis(settings: Settings) -> None:
     r = record(
         d,
         source="slack",
-        host="gpu-1",
         user="U123",
         channel="C42",
         thread="1701.2",
@@ -104,7 +104,7 @@ def test_event_keeps_the_whole_diagnosis(settings: Settings) -> None:
 
 def test_excerpt_is_capped(settings: Settings) -> None:
     r = record(
-        make_diagnosis(), source="cli", host="gpu-1", excerpt="x" * 100_000, settings=settings
+        make_diagnosis(), source="cli", excerpt="x" * 100_000, settings=settings
     )
     rows = history(settings=settings)
     assert rows[0].incident_id == r.incident_id
@@ -112,11 +112,10 @@ def test_excerpt_is_capped(settings: Settings) -> None:
 
 
 def test_writing_the_same_entry_twice_is_idempotent(settings: Settings) -> None:
-    record(make_diagnosis(), source="cli", host="gpu-1", settings=settings)  # creates the schema
+    record(make_diagnosis(), source="cli", settings=settings)  # creates the schema
     entry = build_entry(
         make_diagnosis(PASTE_2),
         source="cli",
-        host="gpu-1",
         user=None,
         channel=None,
         thread=None,
@@ -156,7 +155,7 @@ def _seed(settings: Settings) -> dict[str, int]:
     ]
     for key, line, host, problem, model, version, when in rows:
         d = make_diagnosis(line, host=host, problem=problem, model=model, engine_version=version)
-        r = record(d, source="cli", host=host, settings=settings, created_at=when)
+        r = record(d, source="cli", settings=settings, created_at=when)
         assert r.incident_id is not None
         ids[key] = r.incident_id
     return ids
@@ -187,7 +186,7 @@ def test_history_filters(settings: Settings) -> None:
 
 
 def test_history_since_relative(settings: Settings) -> None:
-    record(make_diagnosis(), source="cli", host="gpu-1", settings=settings)
+    record(make_diagnosis(), source="cli", settings=settings)
     assert len(history(since="30m", settings=settings)) == 1
     assert len(history(since="12h", settings=settings)) == 1
 
@@ -229,7 +228,7 @@ def test_history_rendering(settings: Settings) -> None:
 
 
 def test_resolve_then_recurrence_reports_last_fix(settings: Settings) -> None:
-    first = record(make_diagnosis(PASTE_1), source="cli", host="gpu-1", settings=settings)
+    first = record(make_diagnosis(PASTE_1), source="cli", settings=settings)
     assert first.incident_id is not None
     g = resolve(
         first.incident_id,
@@ -244,19 +243,18 @@ def test_resolve_then_recurrence_reports_last_fix(settings: Settings) -> None:
         "alice",
     )
     assert g.resolution_note == "fits now" and g.resolved_at is not None
-    again = record(make_diagnosis(PASTE_2), source="cli", host="gpu-1", settings=settings)
+    again = record(make_diagnosis(PASTE_2), source="cli", settings=settings)
     assert again.status == "open"  # it came back: reopened
     assert again.last_fix == "--max-model-len 77824"
     assert "last fixed by: --max-model-len 77824 (alice" in again.summary()
 
 
 def test_late_spooled_event_from_before_the_fix_does_not_reopen(settings: Settings) -> None:
-    r = record(make_diagnosis(PASTE_1), source="cli", host="gpu-1", settings=settings)
+    r = record(make_diagnosis(PASTE_1), source="cli", settings=settings)
     resolve(f"g{r.group_id}", fix="restart", settings=settings)
     late = record(
         make_diagnosis(PASTE_2),
         source="cli",
-        host="gpu-1",
         settings=settings,
         created_at=at(0, day=1),
     )
@@ -265,7 +263,7 @@ def test_late_spooled_event_from_before_the_fix_does_not_reopen(settings: Settin
 
 
 def test_resolve_unknown_incident(settings: Settings) -> None:
-    record(make_diagnosis(), source="cli", host="gpu-1", settings=settings)
+    record(make_diagnosis(), source="cli", settings=settings)
     with pytest.raises(LookupError, match="no incident 999"):
         resolve(999, fix="x", settings=settings)
     with pytest.raises(LookupError, match="no group g999"):
@@ -276,7 +274,7 @@ def test_resolve_unknown_incident(settings: Settings) -> None:
 
 @pytest.mark.slow
 def test_feedback(settings: Settings) -> None:
-    r = record(make_diagnosis(), source="slack", host="gpu-1", settings=settings)
+    r = record(make_diagnosis(), source="slack", settings=settings)
     assert r.incident_id is not None
     fid = feedback(r.incident_id, note="it was a tokenizer error", who="bob", settings=settings)
     feedback(f"g{r.group_id}", note="group-level note", kind="note", settings=settings)
@@ -320,7 +318,7 @@ def test_command_audit(settings: Settings) -> None:
 
 def test_unmatched_diagnosis_is_stored_too(settings: Settings) -> None:
     d = make_diagnosis("tokenizer.json not found", problem=None, host=None)
-    r = record(d, source="cli", host=None, settings=settings)
+    r = record(d, source="cli", settings=settings)
     assert r.count == 1
     row = history(settings=settings)[0]
     assert row.problem_id is None and row.host is None
@@ -336,3 +334,61 @@ def test_text_search_on_old_rows(settings: Settings, monkeypatch: pytest.MonkeyP
     assert _ids(history(search="memory", host="gpu-1", settings=settings)) == [ids["b"], ids["a"]]
     resolve(ids["a"], fix="x", settings=settings)
     assert _ids(history(search="memory", status="open", settings=settings)) == [ids["d"]]
+
+
+def test_the_group_is_the_core_s_fingerprint_and_its_inputs(settings: Settings) -> None:
+    d = make_diagnosis(PASTE_1, host="GPU-1")
+    r = record(d, source="cli", settings=settings)
+    g = get_group(r.incident_id or 0, settings=settings)
+    assert r.fingerprint == g.fingerprint == d.fingerprint.digest
+    assert g.grouped_by == d.fingerprint.parts()
+
+
+def test_a_thread_s_incident_is_its_newest_and_found_by_its_index(settings: Settings) -> None:
+    from sqlalchemy.dialects import sqlite
+
+    from bot.store import thread_incident
+    from bot.store.repository import thread_incident_query
+
+    first = record(make_diagnosis(PASTE_1), source="slack", channel="C1", thread="1.2",
+                   settings=settings)
+    record(make_diagnosis(PASTE_2), source="slack", channel="C1", thread="9.9",
+           settings=settings)
+    newest = record(make_diagnosis(PASTE_2), source="slack", channel="C1", thread="1.2",
+                    settings=settings)
+    assert first.incident_id != newest.incident_id
+    assert thread_incident("C1", "1.2", settings=settings) == newest.incident_id
+    assert thread_incident("C2", "1.2", settings=settings) is None
+    if settings.database_url.startswith("sqlite"):
+        sql = str(thread_incident_query("C1", "1.2").compile(
+            dialect=sqlite.dialect(), compile_kwargs={"literal_binds": True}))
+        with get_engine(settings.database_url).connect() as conn:
+            plan = " ".join(str(row[-1]) for row in conn.exec_driver_sql(
+                f"EXPLAIN QUERY PLAN {sql}"))
+        assert "ix_incident_events_channel_thread" in plan, plan
+
+
+def test_an_incident_s_origin_is_its_channel_and_the_stored_fix(settings: Settings) -> None:
+    from bot.store import incident_origin
+
+    r = record(make_diagnosis(PASTE_1), source="slack", channel="C42", thread="1.2",
+               settings=settings)
+    assert r.incident_id is not None
+    origin = incident_origin(r.incident_id, "lower-max-model-len", settings=settings)
+    assert origin is not None and origin.channel == "C42"
+    assert origin.fix_command == "vllm serve meta-llama/Llama-3.1-8B-Instruct --max-model-len 77824"
+    other = incident_origin(r.incident_id, "no-such-fix", settings=settings)
+    assert other is not None and other.fix_command is None
+    assert incident_origin(10_000, None, settings=settings) is None
+
+
+def test_a_slack_event_key_is_claimed_once(settings: Settings) -> None:
+    from datetime import timedelta
+
+    from bot.store import claim_event_key
+
+    assert claim_event_key("msg:C1:1.2", settings=settings)
+    assert not claim_event_key("msg:C1:1.2", settings=settings)
+    # pruning old keys in the same transaction makes the key claimable again
+    later = datetime.now(UTC) + timedelta(seconds=1)
+    assert claim_event_key("msg:C1:1.2", prune_before=later, settings=settings)

@@ -35,7 +35,6 @@ def main() -> None:
         result = record(
             make_diagnosis(line, host=host, problem=problem),
             source="collector",
-            host=host,
             settings=settings,
         )
         if result.spooled:
