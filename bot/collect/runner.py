@@ -47,6 +47,7 @@ from bot.collect.server import (
     split_argv,
 )
 from bot.collect.snapshot import Snapshot, why
+from bot.errors import one_line
 from bot.schema import CommandRun
 
 DEFAULT_DEADLINE_S = 30.0
@@ -248,7 +249,7 @@ def collect_local(deadline: float, nvml: Any = None) -> Snapshot:
             snap.error = NO_DRIVER
             return snap
         reading = None
-        snap.unread.append(f"{str(exc).splitlines()[0]}; read GPU state with nvidia-smi instead")
+        snap.unread.append(f"{one_line(exc)}; read GPU state with nvidia-smi instead")
     collect(snap, LocalExecutor(), deadline, LogSource(), reading)
     if reading is not None:
         snap.unread.extend(reading.unread)

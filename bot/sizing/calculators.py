@@ -21,7 +21,13 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from bot.schema import GIB, Facts, Sizing
-from bot.sizing.budget import BYTES_PER_PARAM, compute_sizing, fmt_bytes, weight_format
+from bot.sizing.budget import (
+    BYTES_PER_PARAM,
+    DEFAULT_UTIL,
+    compute_sizing,
+    fmt_bytes,
+    weight_format,
+)
 from bot.sizing.catalog import GpuSpec, ModelSpec, resolve_gpu, resolve_model
 from bot.sizing.kv import DEFAULT_BLOCK, KvLayout, cdiv
 
@@ -131,7 +137,7 @@ def size(model: str | dict[str, object], gpu: str, *, gpus: int | None = None,
     spec = resolved.spec
     tp = tp or gpus or 1
     gpus = gpus or tp * pp
-    util = gpu_memory_utilization if gpu_memory_utilization is not None else 0.9
+    util = gpu_memory_utilization if gpu_memory_utilization is not None else DEFAULT_UTIL
     _validate(spec, tp, pp, gpus, util, active_share, user_tokens_per_s, max_model_len)
     length = max_model_len or spec.max_position_embeddings or 4096
     quant = quantization or resolved.quantization

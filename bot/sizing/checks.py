@@ -14,6 +14,7 @@ from typing import Any
 
 from bot.fmt import gib
 from bot.schema import Facts, Sizing, field_names
+from bot.sizing.budget import DEFAULT_UTIL
 from bot.sizing.catalog import UnknownName, resolve_gpu
 
 ConditionFn = Callable[[Facts, Sizing | None], str | None]  # the proof, or None
@@ -607,7 +608,7 @@ def _util_cannot_fit(f: Facts, s: Sizing | None) -> str | None:
         s.kv_cache_available_gib if s else None)
     if needed is None or avail is None or needed <= avail:
         return None
-    cur = _util(f, s) or 0.9
+    cur = _util(f, s) or DEFAULT_UTIL
     total = _total(f, s)
     gain = max(0.0, 0.95 - cur) * (total or LARGEST_GPU_GIB)
     if needed - avail > gain:
