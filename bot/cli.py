@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, BinaryIO, NoReturn
 from bot.errors import one_line
 
 if TYPE_CHECKING:
+    from bot.authoring.examples import ExampleResult
     from bot.flows import Asker, Recorded
     from bot.kb.loader import KB
-    from bot.kb.testing import ExampleResult
     from bot.schema import Diagnosis
     from bot.sizing.calculators import SizeReport
 
@@ -203,9 +203,11 @@ def cmd_size(args: argparse.Namespace) -> int:
 
 
 def cmd_kb(args: argparse.Namespace) -> int:
+    if args.action == "schema":
+        return _kb_schema(args.id)
+    from bot.authoring.examples import coverage_errors, run_examples
     from bot.kb.errors import KBError
     from bot.kb.loader import load_kb
-    from bot.kb.testing import coverage_errors, run_examples
 
     try:
         kb = load_kb(use_cache=args.action not in ("validate", "test"))
@@ -239,10 +241,26 @@ def cmd_kb(args: argparse.Namespace) -> int:
         sys.stderr.write(f"{r.message()}\n")
     ok = not failures and not errors
     total = len(results)
+    gaps = ""
+    if args.action == "validate" and (kb.untested.must_match or kb.untested.near_miss):
+        gaps = (f"; not yet exercised both ways: {len(kb.untested.must_match)} signatures "
+                f"without a must-match, {len(kb.untested.near_miss)} without a near-miss "
+                "(untested.yaml)")
     sys.stdout.write(f"KB {kb.version} ({kb.content_hash}): {len(kb.problems)} problems, "
                      f"{len(kb.causes)} causes, {total - len(failures)}/{total} examples pass"
-                     + ("" if ok else f", {len(failures) + len(errors)} error(s)") + "\n")
+                     + ("" if ok else f", {len(failures) + len(errors)} error(s)") + gaps
+                     + "\n")
     return EXIT_OK if ok else EXIT_FAIL
+
+
+def _kb_schema(kind: str | None) -> int:
+    from bot.authoring.schemas import KINDS, render
+
+    if kind not in KINDS:
+        raise UsageError(f"kb schema needs one of {', '.join(KINDS)}, e.g. `inferbot kb "
+                         "schema problem`")
+    sys.stdout.write(render(kind))
+    return EXIT_OK
 
 
 def _kb_show(kb: KB, ident: str | None) -> int:
@@ -450,14 +468,17 @@ def build_parser() -> argparse.ArgumentParser:
                        epilog="example:\n  inferbot db upgrade")
     p.add_argument("action", choices=["upgrade"])
 
-    p = sub.add_parser("kb", help="validate, test, list or show the knowledge base",
+    p = sub.add_parser("kb", help="validate, test, list or show the knowledge base; its schemas",
                        formatter_class=argparse.RawDescriptionHelpFormatter,
                        description="Work with the knowledge base (knowledge/ plus "
                                    "INFERBOT_KB_PATH folders).",
                        epilog="examples:\n  inferbot kb validate\n  inferbot kb test\n"
-                              "  inferbot kb show kv-cache-no-blocks\n")
-    p.add_argument("action", choices=["validate", "test", "list", "show"])
-    p.add_argument("id", nargs="?", help="problem or cause id (for show)")
+                              "  inferbot kb show kv-cache-no-blocks\n"
+                              "  inferbot kb schema problem > problem.schema.json\n")
+    p.add_argument("action", choices=["validate", "test", "list", "show", "schema"])
+    p.add_argument("id", nargs="?",
+                   help="problem or cause id (show); file kind (schema: problem, cause, "
+                        "examples, ...)")
 
     p = sub.add_parser("serve", help="run the Slack app (Socket Mode, or HTTP with --http)",
                        formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -287,9 +287,9 @@ def _host_keys(path: Path) -> Any:
 
 def check_kb(settings: Settings) -> list[Finding]:
     """The shipped KB plus INFERBOT_KB_PATH folders load, and every example behaves."""
+    from bot.authoring.examples import run_examples
     from bot.kb.errors import KBError
     from bot.kb.loader import load_kb
-    from bot.kb.testing import run_examples
 
     site = f" (with {_var('kb_path')}={settings.kb_path})" if settings.kb_path else ""
     try:

@@ -29,6 +29,7 @@ from bot.kb.schema import (
     PhaseSet,
     Problem,
     Signature,
+    Untested,
     template_fields,
 )
 
@@ -44,7 +45,7 @@ def _shipped() -> Path:
 
 
 SHIPPED = _shipped()
-CACHE_FORMAT = 3
+CACHE_FORMAT = 4
 
 
 @dataclass
@@ -67,6 +68,7 @@ class KB:
     # regexes: done once at load and cached with the KB, since it costs more than a diagnosis.
     anchors: dict[str, tuple[str, ...]] = field(default_factory=dict)
     phases: list[Phase] = field(default_factory=list)  # most specific first (phases.yaml)
+    untested: Untested = field(default_factory=Untested)  # gaps in the examples (untested.yaml)
 
     @property
     def version(self) -> str:
@@ -158,7 +160,13 @@ def _load(roots: list[Path], digest: str) -> KB:
         origins[key] = Origin(str(doc.path), line)
 
     phases: dict[str, Phase] = {}
+    untested = Untested()
     for root in roots:
+        untested_yaml = root / "untested.yaml"
+        if untested_yaml.is_file():
+            more = load(untested_yaml).validate(Untested)
+            untested = Untested(must_match={**untested.must_match, **more.must_match},
+                                near_miss={**untested.near_miss, **more.near_miss})
         kb_yaml = root / "kb.yaml"
         if kb_yaml.is_file() and root == roots[0]:
             meta = load(kb_yaml).validate(KBMeta)
@@ -199,7 +207,7 @@ def _load(roots: list[Path], digest: str) -> KB:
     if meta is None:
         raise KBError(roots[0] / "kb.yaml", None, "missing: the KB needs a version and changelog")
     kb = KB(meta, digest, problems, causes, examples, origins, example_docs,
-            [str(r) for r in roots], phases=list(phases.values()))
+            [str(r) for r in roots], phases=list(phases.values()), untested=untested)
     check_references(kb)
     return kb
 
@@ -278,7 +286,26 @@ def check_references(kb: KB) -> None:
                     if name not in VALUES:
                         raise KBError(where.path, where.line,
                                       f"fix {fx.id}: unknown value {{{name}}}")
+    from bot.schema import Facts, field_names
+
+    fact_names = set(field_names(Facts))
     for owner, exset in kb.examples.items():
+        where = Origin(kb.example_docs[owner], None)
+        for ex in exset.near_miss:
+            if ex.asserts_answer:
+                raise KBError(where.path, None, f"examples for {owner!r}: a near-miss cannot "
+                              "say what the answer holds (cause, phase, facts)")
+        for ex in exset.match:
+            if ex.cause is not None and ex.cause not in kb.causes:
+                raise KBError(where.path, None, f"examples for {owner!r}: unknown cause "
+                              f"{ex.cause!r}")
+            if ex.phase is not None and ex.phase not in phase_ids:
+                raise KBError(where.path, None, f"examples for {owner!r}: unknown phase "
+                              f"{ex.phase!r} (phases.yaml has {phase_ids})")
+            unknown = sorted(set(ex.facts) - fact_names)
+            if unknown:
+                raise KBError(where.path, None, f"examples for {owner!r}: unknown facts "
+                              f"{unknown}")
         if exset.problem is not None and owner not in kb.problems:
             raise KBError(kb.example_docs[owner], None, f"examples for unknown problem {owner!r}")
         if exset.cause is not None:

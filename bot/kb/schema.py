@@ -136,9 +136,32 @@ class Signature(KBModel):
         for a in self.in_paste:
             _literal("in_paste", a)
         try:
-            self.effective_anchors()
+            anchors = self.effective_anchors()
         except ValueError as exc:
             raise ValueError(f"pattern: {exc}") from None
+        if self.ignore_case:
+            self._check_case_blind(anchors)
+
+    def _check_case_blind(self, anchors: tuple[str, ...]) -> None:
+        """An `ignore_case` signature must match its line in every casing, or it is refused:
+        its anchors are found in the lower-cased line, so each must survive casing both ways
+        ('ß' upper-cases to 'SS'), and a phrase signature folds ASCII letters only. What it
+        needs from other lines (`context`, `in_paste`) is the program's text, matched as
+        written."""
+        if "(?-i" in self.pattern or any("(?-i" in p for p in self.with_any):
+            raise ValueError("ignore_case: the pattern turns case-blindness off again")
+        texts = [("anchors", a) for a in anchors] + [("pattern", self.pattern)]
+        texts += [("with_any", p) for p in self.with_any]
+        for key, text in texts:
+            for ch in dict.fromkeys(text):
+                if ch.lower() == ch.upper():
+                    continue  # no case: digits, punctuation, most scripts
+                if self.kind == "prose" and not ch.isascii():
+                    raise ValueError(f"{key}: {ch!r} has a case, and a phrase signature folds "
+                                     "ASCII letters only; spell both cases or drop ignore_case")
+                if ch.lower().upper().lower() != ch.lower() or len(ch.upper()) != 1:
+                    raise ValueError(f"{key}: {ch!r} does not keep its letters when its case "
+                                     "changes; spell both cases or drop ignore_case")
 
     def effective_anchors(self) -> tuple[str, ...]:
         """The literals the scanner looks for. A case-insensitive signature's anchors are
@@ -361,18 +384,37 @@ class Cause(KBModel):
                 raise ValueError(f"rules_out: {name!r} must be a snake_case condition name")
 
 
+FactValue = str | int | float | bool
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Example(KBModel):
+    """A real excerpt. A must-match may also say what the whole answer to it holds: the
+    cause ranked first, the phase the failure is placed in, facts read from it."""
+
     source: str  # public URL the excerpt was taken from
     text: str
     note: str = ""
     expect: Literal["top", "any"] = "top"
+    cause: str | None = None
+    phase: str | None = None
+    facts: dict[str, FactValue] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.text.strip():
             raise ValueError("text: an example needs text")
         if not self.source.startswith(("http://", "https://")):
             raise ValueError(f"source: {self.source!r} must be the public URL of the excerpt")
+        if self.cause is not None:
+            _id("cause", self.cause)
+        for name in self.facts:
+            if not SNAKE.fullmatch(name):
+                raise ValueError(f"facts: {name!r} must be a Facts field name")
+
+    @property
+    def asserts_answer(self) -> bool:
+        """Whether the example says more than which problem it is."""
+        return self.cause is not None or self.phase is not None or bool(self.facts)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -393,6 +435,16 @@ class ExampleSet(KBModel):
     @property
     def owner(self) -> str:
         return self.problem or self.cause or ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Untested(KBModel):
+    """knowledge/untested.yaml: signatures the examples do not yet exercise both ways (a
+    must-match where the signature fires, a near-miss that reaches it and must not), each with
+    why. `inferbot kb validate` accepts exactly these gaps, so the list can only shrink."""
+
+    must_match: dict[str, str] = field(default_factory=dict)
+    near_miss: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -119,7 +119,9 @@ class GpuSpec:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class _GpuFile:
+class GpuCatalog:
+    """knowledge/gpus.yaml."""
+
     __pydantic_config__: ClassVar[dict[str, Any]] = _FORBID
 
     gpus: list[GpuSpec]
@@ -194,7 +196,7 @@ def _catalog(root: Path) -> tuple[dict[str, ModelSpec], dict[str, GpuSpec]]:
     for path in files[:-1]:
         spec = load(path).validate(ModelSpec)
         model_table[spec.id] = spec
-    gpu_table = {g.id: g for g in load(files[-1]).validate(_GpuFile).gpus}
+    gpu_table = {g.id: g for g in load(files[-1]).validate(GpuCatalog).gpus}
     try:
         cache_file.parent.mkdir(parents=True, exist_ok=True)
         tmp = cache_file.with_suffix(f".{os.getpid()}.tmp")

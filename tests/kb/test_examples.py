@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
+from bot.authoring.examples import check_example, example_ids
 from bot.kb.loader import load_kb
 from bot.kb.match import CompiledKB
-from bot.kb.testing import check_example, example_ids
 
 KB = load_kb(use_cache=False)
 COMPILED = CompiledKB(KB)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from bot.authoring.examples import match_problems
 from bot.kb.loader import _load
 from bot.kb.match import CompiledKB
-from bot.kb.testing import match_problems
 from tests.kb.test_validation import make_kb
 
 PROBLEMS = {

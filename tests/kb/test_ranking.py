@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
+from bot.authoring.examples import match_problems
 from bot.kb.loader import KB, load_kb
 from bot.kb.match import CompiledKB
-from bot.kb.testing import match_problems
 
 # vllm#7514: the port was taken; the restart's libcuda import warning is noise
 PORT_THEN_IMPORT_WARNING = (

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from bot.authoring.examples import run_examples
 from bot.kb.loader import _load
-from bot.kb.testing import run_examples
 from bot.kb.yamlio import KBError
 
 KB_YAML = """\
@@ -195,3 +195,92 @@ def test_kb_validate_passes_on_the_shipped_kb() -> None:
                         env={**env, "PYTHONPATH": str(root)}, capture_output=True, text=True,
                         timeout=120, check=False)
     assert ok.returncode == 0 and "examples pass" in ok.stdout
+
+
+# --------------------------------------------------------------------------- what examples say
+
+
+def test_an_example_may_say_what_the_answer_holds(tmp_path: Path) -> None:
+    said = EXAMPLES.replace('    text: "ValueError: No available memory for the cache blocks.',
+                            '    cause: demo-cause\n    facts: {gpu_blocks: 0}\n'
+                            '    text: "INFO # GPU blocks: 0, # CPU blocks: 2048\\n'
+                            'ValueError: No available memory for the cache blocks.')
+    assert all(r.ok for r in run_examples(_load([make_kb(tmp_path, examples=said)], "test")))
+    wrong = said.replace("facts: {gpu_blocks: 0}", "facts: {gpu_blocks: 7, max_model_len: 4096}")
+    bad = [r for r in run_examples(_load([make_kb(tmp_path, examples=wrong)], "test"))
+           if not r.ok]
+    assert len(bad) == 1 and bad[0].kind == "match"
+    assert bad[0].message().endswith(
+        "is answered with gpu_blocks 0 (expected 7); max_model_len None (expected 4096)")
+
+
+def test_what_an_example_says_must_be_known(tmp_path: Path) -> None:
+    def said(field: str) -> str:
+        return EXAMPLES.replace('    text: "ValueError: No available',
+                                f'    {field}\n    text: "ValueError: No available')
+
+    assert "unknown facts ['gpu_blockz']" in load_error(
+        make_kb(tmp_path, examples=said("facts: {gpu_blockz: 0}"))).message
+    assert "unknown cause 'no-such-cause'" in load_error(
+        make_kb(tmp_path, examples=said("cause: no-such-cause"))).message
+    assert "unknown phase 'lunch'" in load_error(
+        make_kb(tmp_path, examples=said("phase: lunch"))).message
+    near = EXAMPLES.replace('    text: "INFO # GPU blocks',
+                            '    cause: demo-cause\n    text: "INFO # GPU blocks')
+    assert "a near-miss cannot say what the answer holds" in load_error(
+        make_kb(tmp_path, examples=near)).message
+
+
+# --------------------------------------------------------------------------- ignore_case
+
+
+@pytest.mark.parametrize(("change", "why"), [
+    ("pattern: 'Straße voll'\n    ignore_case: true",
+     "'ß' does not keep its letters when its case changes"),
+    ("pattern: 'mémoire épuisée'\n    kind: prose\n    ignore_case: true",
+     "'é' has a case, and a phrase signature folds ASCII letters only"),
+    ("pattern: 'out of (?-i:Memory)'\n    ignore_case: true",
+     "the pattern turns case-blindness off again"),
+])
+def test_a_case_blind_signature_that_cannot_be_is_refused(tmp_path: Path, change: str,
+                                                          why: str) -> None:
+    problem = PROBLEM.replace("pattern: 'No available memory for the cache blocks'", change)
+    err = load_error(make_kb(tmp_path, problem=problem))
+    assert why in err.message and err.line is not None
+
+
+# --------------------------------------------------------------------------- coverage
+
+
+def test_every_signature_is_exercised_both_ways_or_listed(tmp_path: Path) -> None:
+    from bot.authoring.examples import coverage_errors
+
+    two = PROBLEM.replace("causes: [demo-cause]", textwrap.dedent("""\
+          - id: demo-sig-2
+            pattern: 'KV cache is needed, which is larger than the available KV cache \\(\\d{1,4}'
+        causes: [demo-cause]
+        """))
+    root = make_kb(tmp_path, problem=two)
+    errors = [e.message for e in coverage_errors(_load([root], "test"), 1, 1)]
+    assert errors == [
+        "signature demo-sig-2: no must-match example of demo-problem in which it fires",
+        "signature demo-sig: no near-miss of demo-problem that reaches it (holds one of its "
+        "anchors)",
+        "signature demo-sig-2: no near-miss of demo-problem that reaches it (holds one of its "
+        "anchors)"]
+    (root / "untested.yaml").write_text(textwrap.dedent("""\
+        must_match: {demo-sig-2: no public paste yet}
+        near_miss: {demo-sig: none yet, demo-sig-2: none yet, no-such-sig: none}
+        """))
+    errors = [e.message for e in coverage_errors(_load([root], "test"), 1, 1)]
+    assert errors == ["near_miss: no signature 'no-such-sig'"]
+    near = EXAMPLES + ('  - source: https://github.com/vllm-project/vllm/issues/2248\n'
+                       '    text: "KV cache is needed, which is larger than the available KV '
+                       'cache (unknown)"\n')
+    root = make_kb(tmp_path / "again", problem=two, examples=near)
+    (root / "untested.yaml").write_text(textwrap.dedent("""\
+        must_match: {demo-sig-2: no public paste yet}
+        near_miss: {demo-sig: none yet, demo-sig-2: none yet}
+        """))
+    errors = [e.message for e in coverage_errors(_load([root], "test"), 1, 1)]
+    assert errors == ["near_miss: demo-sig-2 is exercised now; remove it from the list"]

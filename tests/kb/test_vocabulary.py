@@ -1,19 +1,19 @@
 """The KB authors' vocabulary page is the code's: docs/contracts.md carries exactly what
-`python -m bot.kb.vocabulary` prints from the registered conditions and the shipped KB."""
+`python -m bot.authoring.vocabulary` prints from the registered conditions and the shipped KB."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from bot.authoring.vocabulary import condition_uses, markdown
 from bot.kb.loader import load_kb
-from bot.kb.vocabulary import condition_uses, markdown
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "contracts.md"
 
 
 def test_the_contracts_page_lists_the_code_s_vocabulary() -> None:
     assert markdown(load_kb(use_cache=False)) in DOC.read_text(encoding="utf-8"), (
-        "docs/contracts.md is stale: regenerate it with `python -m bot.kb.vocabulary`")
+        "docs/contracts.md is stale: regenerate it with `python -m bot.authoring.vocabulary`")
 
 
 def test_every_registered_condition_is_used_by_the_kb() -> None:
