@@ -252,17 +252,6 @@ class CommandRun(Strict):
 
 
 @dataclass(slots=True, kw_only=True)
-class SignatureHit(Strict):
-    """One KB signature that matched one line."""
-
-    problem_id: str
-    signature_id: str
-    kind: Literal["error", "warning", "info"]
-    line_no: int
-    line: str  # redacted, bounded
-
-
-@dataclass(slots=True, kw_only=True)
 class ProblemMatch(Strict):
     id: str
     title: str

@@ -18,6 +18,9 @@ import pytest
 os.environ["PYTHONDONTWRITEBYTECODE"] = "1"
 
 SERVICE_MARKERS = ("postgres", "sshd", "slack")
+# The real services, as fixtures every test directory may ask for: a fresh PostgreSQL
+# database (`pg_url`), the fake Slack Web API (`fake`), sshd on loopback (`sshd`).
+pytest_plugins = ("tests.fixtures.postgres", "tests.fixtures.slack", "tests.fixtures.sshd")
 
 
 @pytest.fixture(autouse=True)

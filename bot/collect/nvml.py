@@ -16,7 +16,6 @@ from typing import Any
 from bot.collect.gpu import GpuReading
 from bot.schema import MIB, GpuInfo, GpuProcess
 
-NO_VALUE = 0xFFFFFFFF  # NVML's "not applicable" for GPU/compute instance ids
 DRIVER_DOWN = ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
                "Make sure that the latest NVIDIA driver is installed and running.")
 

@@ -38,11 +38,6 @@ def normalize_line(raw: str) -> str:
     return line
 
 
-def normalize_text(text: str) -> str:
-    """A whole paste, cleaned line by line (used for short inputs such as Slack messages)."""
-    return "\n".join(normalize_line(line) for line in text.splitlines())
-
-
 def window(line: str, at: int, size: int = MAX_LINE_CHARS) -> str:
     """The part of an over-long line around position `at` (where an anchor was found)."""
     if len(line) <= size:

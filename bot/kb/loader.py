@@ -14,6 +14,7 @@ import hashlib
 import os
 import pickle
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -108,9 +109,12 @@ def _cache_path(digest: str) -> Path:
     return Path(base) / "inferbot" / f"kb-{digest}-{tag}.pickle"
 
 
-def load_kb(extra: str | None = None, use_cache: bool = True) -> KB:
-    """The validated KB. Raises KBError (file and line) on the first structural problem."""
-    roots = kb_roots(extra)
+def load_kb(extra: str | None = None, use_cache: bool = True, *,
+            roots: Sequence[Path] | None = None) -> KB:
+    """The validated KB: the shipped folder and the site folders (`extra`, else
+    INFERBOT_KB_PATH), or exactly `roots` when given (the first holds kb.yaml), as a test or a
+    tool uses a KB of its own. Raises KBError (file and line) on the first structural problem."""
+    roots = list(roots) if roots is not None else kb_roots(extra)
     digest = content_hash(roots)
     cache = _cache_path(digest)
     if use_cache and cache.is_file():

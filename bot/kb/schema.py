@@ -329,12 +329,6 @@ class FixTemplate(KBModel):
             except ValueError as exc:
                 raise ValueError(f"{key}: {exc}") from None
 
-    def placeholders(self) -> set[str]:
-        names = set(template_fields(self.command)) | set(template_fields(self.predicted))
-        for v in self.flags.values():
-            names |= set(template_fields(v))
-        return names
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Support(KBModel):

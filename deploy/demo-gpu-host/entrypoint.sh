@@ -1,5 +1,5 @@
 #!/bin/sh
-# Lay out the scenario the stand-ins read (as tests/collect/conftest.py does for the test
+# Lay out the scenario the stand-ins read (as tests/fixtures/sshd.py does for the test
 # sshd), put this host's key and the bot's client key in the shared keys volume, run sshd.
 # The defaults are the image's paths; the CI smoke test (tests/ops/test_compose_smoke.py) runs
 # this same script as a process, pointing the variables at a temporary directory.

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from bot.cli import main
-from tests.collect.conftest import Sshd
+from tests.fixtures.sshd import Sshd
 
 pytestmark = pytest.mark.sshd
 

@@ -12,7 +12,7 @@ import pytest
 from bot.collect.runner import check_hosts
 from bot.collect.snapshot import Snapshot
 from bot.schema import Diagnosis
-from tests.collect.conftest import Sshd, free_ports
+from tests.fixtures.sshd import Sshd, free_ports
 
 pytestmark = pytest.mark.sshd
 

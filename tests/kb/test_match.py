@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bot.authoring.examples import match_problems
-from bot.kb.loader import _load
+from bot.kb.loader import load_kb
 from bot.kb.match import CompiledKB
 from tests.kb.test_validation import make_kb
 
@@ -72,7 +72,7 @@ signatures:
 
 def compiled(tmp_path: Path) -> CompiledKB:
     root = make_kb(tmp_path, extra=PROBLEMS)
-    return CompiledKB(_load([root], "test"))
+    return CompiledKB(load_kb(roots=[root], use_cache=False))
 
 
 def test_the_terminal_error_outranks_earlier_warnings(tmp_path: Path) -> None:

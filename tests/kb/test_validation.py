@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from bot.authoring.examples import run_examples
-from bot.kb.loader import _load
+from bot.kb.loader import KB, load_kb
 from bot.kb.yamlio import KBError
 
 KB_YAML = """\
@@ -63,14 +63,19 @@ def make_kb(tmp_path: Path, problem: str = PROBLEM, cause: str = CAUSE,
     return root
 
 
+def kb_of(root: Path) -> KB:
+    """The KB in `root` alone."""
+    return load_kb(roots=[root], use_cache=False)
+
+
 def load_error(root: Path) -> KBError:
     with pytest.raises(KBError) as info:
-        _load([root], "test")
+        kb_of(root)
     return info.value
 
 
 def test_valid_kb_loads_and_its_examples_pass(tmp_path: Path) -> None:
-    kb = _load([make_kb(tmp_path)], "test")
+    kb = kb_of(make_kb(tmp_path))
     assert kb.version == "t1"
     assert all(r.ok for r in run_examples(kb))
 
@@ -113,14 +118,14 @@ def test_higher_revision_in_a_site_folder_overrides(tmp_path: Path) -> None:
     site.mkdir(parents=True)
     (site / "demo.yaml").write_text(PROBLEM.replace("revision: 1", "revision: 2")
                                     .replace("title: Demo", "title: Site demo"))
-    kb = _load([shipped, tmp_path / "site"], "test")
+    kb = load_kb(roots=[shipped, tmp_path / "site"], use_cache=False)
     assert kb.problems["demo-problem"].title == "Site demo"
 
 
 def test_example_that_does_not_match_names_its_line(tmp_path: Path) -> None:
     examples = EXAMPLES.replace('"ValueError: No available memory for the cache blocks. Try '
                                 'increasing"', '"ValueError: something else entirely"')
-    kb = _load([make_kb(tmp_path, examples=examples)], "test")
+    kb = kb_of(make_kb(tmp_path, examples=examples))
     bad = [r for r in run_examples(kb) if not r.ok]
     assert len(bad) == 1 and bad[0].kind == "match"
     assert bad[0].line == 3
@@ -131,7 +136,7 @@ def test_example_that_does_not_match_names_its_line(tmp_path: Path) -> None:
 def test_near_miss_that_matches_names_its_line(tmp_path: Path) -> None:
     examples = EXAMPLES.replace('"INFO # GPU blocks: 1952, # CPU blocks: 2048"',
                                 '"No available memory for the cache blocks"')
-    kb = _load([make_kb(tmp_path, examples=examples)], "test")
+    kb = kb_of(make_kb(tmp_path, examples=examples))
     bad = [r for r in run_examples(kb) if not r.ok]
     assert len(bad) == 1 and bad[0].kind == "near_miss"
     assert bad[0].line == 6
@@ -205,10 +210,9 @@ def test_an_example_may_say_what_the_answer_holds(tmp_path: Path) -> None:
                             '    cause: demo-cause\n    facts: {gpu_blocks: 0}\n'
                             '    text: "INFO # GPU blocks: 0, # CPU blocks: 2048\\n'
                             'ValueError: No available memory for the cache blocks.')
-    assert all(r.ok for r in run_examples(_load([make_kb(tmp_path, examples=said)], "test")))
+    assert all(r.ok for r in run_examples(kb_of(make_kb(tmp_path, examples=said))))
     wrong = said.replace("facts: {gpu_blocks: 0}", "facts: {gpu_blocks: 7, max_model_len: 4096}")
-    bad = [r for r in run_examples(_load([make_kb(tmp_path, examples=wrong)], "test"))
-           if not r.ok]
+    bad = [r for r in run_examples(kb_of(make_kb(tmp_path, examples=wrong))) if not r.ok]
     assert len(bad) == 1 and bad[0].kind == "match"
     assert bad[0].message().endswith(
         "is answered with gpu_blocks 0 (expected 7); max_model_len None (expected 4096)")
@@ -261,7 +265,7 @@ def test_every_signature_is_exercised_both_ways_or_listed(tmp_path: Path) -> Non
         causes: [demo-cause]
         """))
     root = make_kb(tmp_path, problem=two)
-    errors = [e.message for e in coverage_errors(_load([root], "test"), 1, 1)]
+    errors = [e.message for e in coverage_errors(kb_of(root), 1, 1)]
     assert errors == [
         "signature demo-sig-2: no must-match example of demo-problem in which it fires",
         "signature demo-sig: no near-miss of demo-problem that reaches it (holds one of its "
@@ -272,7 +276,7 @@ def test_every_signature_is_exercised_both_ways_or_listed(tmp_path: Path) -> Non
         must_match: {demo-sig-2: no public paste yet}
         near_miss: {demo-sig: none yet, demo-sig-2: none yet, no-such-sig: none}
         """))
-    errors = [e.message for e in coverage_errors(_load([root], "test"), 1, 1)]
+    errors = [e.message for e in coverage_errors(kb_of(root), 1, 1)]
     assert errors == ["near_miss: no signature 'no-such-sig'"]
     near = EXAMPLES + ('  - source: https://github.com/vllm-project/vllm/issues/2248\n'
                        '    text: "KV cache is needed, which is larger than the available KV '
@@ -282,5 +286,5 @@ def test_every_signature_is_exercised_both_ways_or_listed(tmp_path: Path) -> Non
         must_match: {demo-sig-2: no public paste yet}
         near_miss: {demo-sig: none yet, demo-sig-2: none yet}
         """))
-    errors = [e.message for e in coverage_errors(_load([root], "test"), 1, 1)]
+    errors = [e.message for e in coverage_errors(kb_of(root), 1, 1)]
     assert errors == ["near_miss: demo-sig-2 is exercised now; remove it from the list"]

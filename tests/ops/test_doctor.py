@@ -23,7 +23,7 @@ from bot.doctor import (
     load_settings,
     run_all,
 )
-from tests.slack.conftest import ROOT, serve_env
+from tests.fixtures.slack import ROOT, serve_env
 from tests.slack.fakes import APP_TOKEN, BOT_TOKEN, FakeSlack
 
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl"

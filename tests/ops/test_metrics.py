@@ -14,7 +14,7 @@ from bot import metrics
 from bot.flows import Asker, check_hosts
 from bot.kb.loader import load_kb
 from bot.slack.app import web_client
-from tests.slack.conftest import make_settings
+from tests.fixtures.slack import make_settings
 from tests.slack.fakes import FakeSlack
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.slack.conftest import Endpoint, make_settings, serve_env, serve_process, serving
+from tests.fixtures.slack import Endpoint, make_settings, serve_env, serve_process, serving
 from tests.slack.fakes import FakeSlack
 from tests.slack.test_http import VLLM_ERROR, all_text, mention
 

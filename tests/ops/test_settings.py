@@ -13,7 +13,7 @@ from bot.collect.inventory import default_path
 from bot.config import Settings, raw_setting
 from bot.doctor import check_sources
 from bot.kb.loader import kb_roots
-from tests.slack.conftest import ROOT
+from tests.fixtures.slack import ROOT
 
 
 @pytest.fixture

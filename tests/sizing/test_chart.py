@@ -20,15 +20,15 @@ NO_KEY = fingerprint(None, None, None, None)
 
 @pytest.fixture(scope="module")
 def diagnosis() -> Diagnosis:
-    from bot.kb.loader import _load
+    from bot.kb.loader import load_kb
 
-    kb = _load([KB_DIR], "test")
+    kb = load_kb(roots=[KB_DIR], use_cache=False)
     facts = Facts(engine="vllm", model="meta-llama/Llama-3.1-8B-Instruct", gpu_name="NVIDIA L4",
                   gpu_total_gib=22.05, gpu_memory_utilization=0.9, budget_gib=19.85,
                   weights_gib=14.99, activation_peak_gib=1.2, non_torch_gib=0.1,
                   cuda_graph_gib=0.5, max_model_len=32_768,
                   processes=[GpuProcess(pid=9, name="jupyter", used_mib=1024, is_server=False)])
-    problems = [ProblemMatch(id="kv-cache-no-blocks", title="t", confidence=0.9)]
+    problems = [ProblemMatch(id="t-kv-cache-no-blocks", title="t", confidence=0.9)]
     p = plan(kb, problems, facts)
     return Diagnosis(kb_version="t", fingerprint=NO_KEY, problems=problems, facts=facts,
                      sizing=p.sizing, causes=p.causes, fixes=p.fixes)

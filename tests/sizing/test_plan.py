@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from bot.kb.loader import KB, _load
+from bot.kb.loader import KB, load_kb
 from bot.schema import Facts, Fix, GpuInfo, GpuProcess, ProblemMatch
 from bot.sizing.plan import Plan, format_value, model_argument, plan, round_length
 
@@ -21,11 +21,11 @@ UTIL_FLAGS = ("--gpu-memory-utilization", "--mem-fraction-static")
 
 @pytest.fixture(scope="module")
 def kb() -> KB:
-    return _load([KB_DIR], "test")
+    return load_kb(roots=[KB_DIR], use_cache=False)
 
 
 def no_blocks(*signatures: str) -> list[ProblemMatch]:
-    return [ProblemMatch(id="kv-cache-no-blocks", title="No memory for the KV cache",
+    return [ProblemMatch(id="t-kv-cache-no-blocks", title="No memory for the KV cache",
                          confidence=0.9, signature_ids=list(signatures))]
 
 
@@ -45,7 +45,7 @@ def test_max_model_len_case_uses_the_fit_and_orders_least_disruptive_first(kb: K
                   kv_cache_available_gib=9.97, weights_gib=14.99)
     p = plan(kb, no_blocks("vllm-max-seq-len-kv"), facts)
     assert p.sizing is not None and p.sizing.max_model_len_that_fits == 81_664
-    assert p.causes[0].id == "max-model-len-too-large"
+    assert p.causes[0].id == "t-max-model-len-too-large"
     assert "16.00 GiB" in p.causes[0].why and "9.97 GiB" in p.causes[0].why
     fix = by_id(p)["lower-max-model-len"]
     assert fix.flags == {"--max-model-len": 81_664} and fix.computed
@@ -56,7 +56,7 @@ def test_max_model_len_case_uses_the_fit_and_orders_least_disruptive_first(kb: K
     # even 0.95 x 22.05 cannot hold 16 GiB of KV next to the weights: not proposed
     assert not any(raises_utilization(f, facts) for f in p.fixes)
     reasons = {w.id: w.reason for w in p.withheld}
-    assert "above the safe 0.95" in reasons["raise-gpu-memory-utilization"]
+    assert "above the safe 0.95" in reasons["t-raise-gpu-memory-utilization"]
     assert "safe 0.90-0.95" in reasons["raise-utilization-too-far"]
 
 
@@ -66,11 +66,11 @@ def test_raise_utilization_when_it_fits_stays_in_the_safe_range(kb: KB) -> None:
                   kv_cache_available_gib=3.5, weights_gib=14.99,
                   processes=[GpuProcess(pid=1, name="vllm", used_mib=60_000, is_server=True)])
     p = plan(kb, no_blocks("vllm-max-seq-len-kv"), facts)
-    fix = by_id(p)["raise-gpu-memory-utilization"]
+    fix = by_id(p)["t-raise-gpu-memory-utilization"]
     assert fix.flags == {"--gpu-memory-utilization": 0.9}
     assert fix.predicted.startswith("7.46 GiB of KV cache (from 3.50 GiB)")
     assert "safe 0.90-0.95" in fix.predicted
-    assert p.causes[0].id in ("max-model-len-too-large", "gpu-memory-utilization-too-low")
+    assert p.causes[0].id in ("t-max-model-len-too-large", "t-gpu-memory-utilization-too-low")
 
 
 def test_foreign_process_never_gets_a_utilization_raise(kb: KB) -> None:
@@ -84,15 +84,15 @@ def test_foreign_process_never_gets_a_utilization_raise(kb: KB) -> None:
     for signals in (("vllm-free-memory-startup",), ()):
         p = plan(kb, no_blocks(*signals), facts)
         top = [c.id for c in p.causes[: 1 if signals else 2]]
-        assert "foreign-process-holds-memory" in top
-        why = next(c.why for c in p.causes if c.id == "foreign-process-holds-memory")
+        assert "t-foreign-process-holds-memory" in top
+        why = next(c.why for c in p.causes if c.id == "t-foreign-process-holds-memory")
         assert "pid 4242 python 15.62 GiB" in why
         assert not any(raises_utilization(f, facts) for f in p.fixes)
         lower = by_id(p)["lower-utilization-to-free"]
         assert lower.flags == {"--gpu-memory-utilization": 0.65}  # floor(31.44/47.38) - 0.01
         withheld = {w.id: w.reason for w in p.withheld}
         assert "pid 4242 python 15.62 GiB" in withheld["raise-utilization-unguarded"]
-        assert "gpu-memory-utilization-too-low" not in {c.id for c in p.causes}
+        assert "t-gpu-memory-utilization-too-low" not in {c.id for c in p.causes}
 
 
 def test_weights_too_large_never_gets_a_utilization_raise(kb: KB) -> None:
@@ -104,12 +104,12 @@ def test_weights_too_large_never_gets_a_utilization_raise(kb: KB) -> None:
     assert not any(raises_utilization(f, facts) for f in p.fixes)
     reasons = {w.id: w.reason for w in p.withheld}
     assert "weights alone (131.41 GiB, estimated) exceed 0.95 x 79.15 GiB" in reasons[
-        "raise-gpu-memory-utilization"]
+        "t-raise-gpu-memory-utilization"]
     assert "1 GPU(s)" in reasons["raise-tensor-parallel"]  # no spare GPU on this host
     assert "lower-max-model-len" in reasons  # nothing fits: a shorter context cannot help
     causes = [c.id for c in p.causes]
-    assert causes[0] in ("weights-too-large-for-budget", "tensor-parallel-too-small")
-    assert "max-model-len-too-large" not in causes  # ruled out: weights alone are too big
+    assert causes[0] in ("t-weights-too-large-for-budget", "t-tensor-parallel-too-small")
+    assert "t-max-model-len-too-large" not in causes  # ruled out: weights alone are too big
     assert "kv-cache-not-fp8" not in causes
     assert "131.41 GiB" in p.causes[0].why
     # the model is named in free text: the command uses the catalog id, never "Llama 3 70B"
@@ -124,7 +124,7 @@ def test_weights_too_large_with_spare_gpus_proposes_tp(kb: KB) -> None:
     tp = by_id(p)["raise-tensor-parallel"]
     assert tp.flags == {"--tensor-parallel-size": 2}
     assert tp.predicted == "largest max-model-len becomes 8192"
-    assert p.causes[0].id == "tensor-parallel-too-small"
+    assert p.causes[0].id == "t-tensor-parallel-too-small"
 
 
 def test_contradicted_cause_is_dropped(kb: KB) -> None:
@@ -136,8 +136,8 @@ def test_contradicted_cause_is_dropped(kb: KB) -> None:
                                         source="nvidia-smi")])
     p = plan(kb, no_blocks(), facts)
     ids = {c.id for c in p.causes}
-    assert "max-model-len-too-large" not in ids  # 5.00 GiB needed fits in 6.51
-    assert "foreign-process-holds-memory" not in ids
+    assert "t-max-model-len-too-large" not in ids  # 5.00 GiB needed fits in 6.51
+    assert "t-foreign-process-holds-memory" not in ids
     assert "kv-cache-not-fp8" not in ids
     assert "fp8-kv-cache" not in {f.id for f in p.fixes}
 
@@ -153,7 +153,7 @@ def test_missing_facts_fall_back_and_never_crash(kb: KB) -> None:
 
 def test_unrelated_problem_gets_no_memory_arithmetic(kb: KB) -> None:
     facts = Facts(engine="vllm", model="meta-llama/Llama-3.1-8B-Instruct", max_model_len=131_072)
-    p = plan(kb, [ProblemMatch(id="nccl-failure", title="NCCL", confidence=0.9)], facts)
+    p = plan(kb, [ProblemMatch(id="t-nccl-failure", title="NCCL", confidence=0.9)], facts)
     assert p.sizing is None
     assert [c.id for c in p.causes] == ["nccl-shm-too-small"]
     assert p.causes[0].confidence == 0.4
@@ -191,7 +191,7 @@ def test_nothing_decided_gives_one_first_step(kb: KB) -> None:
     p = plan(kb, no_blocks(), Facts())
     assert len(p.causes) == 2 and not any(c.supported for c in p.causes)
     assert [f.id for f in p.fixes] == ["lower-max-model-len"]
-    assert "tensor-parallel-too-small" in {c.id for c in p.more_causes}
+    assert "t-tensor-parallel-too-small" in {c.id for c in p.more_causes}
 
 
 def test_only_supported_causes_contribute_fixes_once_the_facts_decide(kb: KB) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 from slack_sdk import WebClient
 
 from bot.slack.authz import Authorizer
-from tests.slack.conftest import make_settings
+from tests.fixtures.slack import make_settings
 from tests.slack.fakes import BOT_TOKEN, FakeSlack
 
 

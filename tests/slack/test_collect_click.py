@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from bot.config import Settings
-from tests.collect.conftest import Sshd, sshd  # noqa: F401 - the session fixture
-from tests.slack.conftest import ALLOWED, Endpoint
+from tests.fixtures.slack import ALLOWED, Endpoint
+from tests.fixtures.sshd import Sshd
 from tests.slack.fakes import FakeSlack, load
 from tests.slack.test_http import all_text, final_answer, mention
 
@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.slack, pytest.mark.sshd]
 
 
 @pytest.fixture
-def inventory(sshd: Sshd, tmp_path: Path,  # noqa: F811
+def inventory(sshd: Sshd, tmp_path: Path,
               monkeypatch: pytest.MonkeyPatch) -> None:
     sshd.inventory(tmp_path, {"gpu-07": {"scenario": "kv",
                                          "logs": {"source": "docker", "container": "vllm"}}})

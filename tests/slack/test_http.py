@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from bot.config import Settings
-from tests.slack.conftest import ALLOWED, Endpoint, make_settings, serving
+from tests.fixtures.slack import ALLOWED, Endpoint, make_settings, serving
 from tests.slack.fakes import BOT_TOKEN, FakeSlack, load
 
 pytestmark = pytest.mark.slack

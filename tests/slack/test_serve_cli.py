@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.slack.conftest import ROOT, Endpoint, serve_env, serve_process
+from tests.fixtures.slack import ROOT, Endpoint, serve_env, serve_process
 from tests.slack.fakes import BOT_TOKEN, FakeSlack, load
 
 pytestmark = pytest.mark.slack

@@ -1,79 +1,20 @@
-"""Fixtures for the incident-store tests: every store test runs on SQLite and on PostgreSQL.
-
-PostgreSQL: a fresh database per test on the server named by INFERBOT_TEST_POSTGRES_URL
-(default: the local server's `test` database, used only to create and drop the per-test
-databases). If the server cannot be reached the PostgreSQL cases SKIP with the reason; CI
-turns those skips into failures.
-"""
+"""Fixtures for the incident-store tests: every store test runs on SQLite and on PostgreSQL
+(`pg_url`, tests/fixtures/postgres.py)."""
 
 from __future__ import annotations
 
-import os
-import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from sqlalchemy.engine import make_url
 
 from bot.config import Settings
 from bot.fingerprint import fingerprint
 from bot.schema import CauseMatch, Diagnosis, Facts, Fix, ProblemMatch
 from bot.store.db import dispose_engines
 
-DEFAULT_PG = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 ENGINES = ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
-
-
-def pg_admin_url() -> str:
-    return os.environ.get("INFERBOT_TEST_POSTGRES_URL") or DEFAULT_PG
-
-
-def _libpq(url: str) -> str:
-    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
-
-
-def _pg_unreachable_reason() -> str | None:
-    import psycopg
-
-    try:
-        with psycopg.connect(_libpq(pg_admin_url()), connect_timeout=3) as conn:
-            conn.execute("SELECT 1")
-    except Exception as exc:
-        return (
-            f"PostgreSQL unreachable at {make_url(pg_admin_url()).render_as_string()} "
-            f"(set INFERBOT_TEST_POSTGRES_URL): {type(exc).__name__}: {exc}"
-        )
-    return None
-
-
-@pytest.fixture(scope="session")
-def pg_available() -> str | None:
-    return _pg_unreachable_reason()
-
-
-@pytest.fixture
-def pg_url(pg_available: str | None) -> Iterator[str]:
-    """A fresh, empty PostgreSQL database for one test, dropped afterwards."""
-    if pg_available:
-        pytest.skip(pg_available)
-    import psycopg
-
-    name = f"inferbot_test_{uuid.uuid4().hex[:12]}"
-    admin = _libpq(pg_admin_url())
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE template0')
-    try:
-        yield (
-            make_url(pg_admin_url())
-            .set(drivername="postgresql+psycopg", database=name)
-            .render_as_string(hide_password=False)
-        )
-    finally:
-        dispose_engines()
-        with psycopg.connect(admin, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @pytest.fixture(params=ENGINES)
