@@ -1,6 +1,6 @@
 """The names the KB may use, written out for authors: every condition with the entries that use
 it, and every value a fix template may name. `python -m bot.authoring.vocabulary` prints the section
-docs/contracts.md carries; a test keeps the two equal, so the page cannot drift from the code."""
+docs/kb-authoring.md carries; a test keeps the two equal, so the page cannot drift from the code."""
 
 from __future__ import annotations
 

@@ -6,8 +6,8 @@ structural and checked at load time: every repeat is bounded (at most MAX_REPEAT
 not nest, and there are no back-references. Then each search costs at most
 MAX_REPEAT x line length, and lines are capped (bot.evidence.text.MAX_LINE_CHARS).
 
-The anchor is the longest literal run every match must contain; the scanner looks for it with
-`bytes.find` before any regex runs.
+The anchor is the longest literal run every match must contain; the scanner finds every
+anchor of the KB in one Aho-Corasick pass over the line before any regex runs.
 """
 
 from __future__ import annotations
