@@ -45,6 +45,8 @@ def field_notes() -> dict[str, dict[str, str]]:
         for item in node.body:
             if not (isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)):
                 continue
+            if "ClassVar" in ast.unparse(item.annotation):
+                continue  # the class's own constant, not a field
             text = _comment(lines[item.lineno - 1])
             block: list[str] = []
             above = item.lineno - 2

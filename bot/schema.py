@@ -314,9 +314,64 @@ class WithheldFix(Strict):
 
 
 @dataclass(slots=True, kw_only=True)
+class SizingFigures(Strict):
+    """The arithmetic's working figures for one rank, beside Sizing's headline numbers: the
+    terms of the budget as worked out, and what each knob would change (the what-ifs, in JSON
+    only when they were computed). Fix templates and conditions read them by name."""
+
+    gpu_total_gib: float | None = None  # the GPU's memory as the arithmetic used it
+    gpu_memory_utilization: float | None = None  # as set, else the engine's default
+    activation_gib: float | None = None  # the profile run's activation peak
+    non_torch_gib: float | None = None  # memory outside PyTorch's allocator (NCCL, CUDA context)
+    cuda_graph_gib: float | None = None  # memory the captured CUDA graphs hold
+    non_kv_gib: float | None = None  # the budget less the KV cache: weights, activation, other
+    foreign_processes_gib: float | None = None  # other processes on the GPU
+    free_memory_gib: float | None = None  # free at start-up
+    free_check_fails: bool | None = None  # vLLM's start-up check (free < total x utilization)
+    num_gpu_blocks: int | None = None  # KV blocks per worker (logged, else computed)
+    kv_cache_tokens: int | None = None  # tokens the KV cache holds (logged, else computed)
+    target_max_model_len: int | None = None  # the length asked for (flag, else the model's own)
+    utilization_needed: float | None = None  # at which one target-length request fits
+    tensor_parallel_size: int | None = None  # as the arithmetic used it (1 when not set)
+    pipeline_parallel_size: int | None = None  # as the arithmetic used it (1 when not set)
+    pp_layers: list[int] | None = None  # layers per pipeline stage
+    kv_heads_per_rank: int | None = None  # KV heads each tensor-parallel rank holds
+    head_size: int | None = None  # the attention head dimension
+    weights_exceed_gpu: bool | None = None  # the weights alone are larger than one GPU
+    weights_exceed_safe_budget: bool | None = None  # more than the GPU at the safe 0.95
+    headroom_gib: float | None = None  # outside the budget, other processes and CUDA graphs
+    model_id: str | None = None  # the catalog's entry for the model
+    model_quantization: str | None = None  # the quantization the model's name implies
+    gpu_catalog_id: str | None = None  # the catalog's entry for the GPU
+    # What each knob would change.
+    fp8_max_model_len: int | None = None  # largest --max-model-len with --kv-cache-dtype fp8
+    quantized_weights_gib: float | None = None  # weights after 4-bit quantization (AWQ/GPTQ)
+    quantized_max_model_len: int | None = None  # largest --max-model-len at 4-bit weights
+    fp8_weights_gib: float | None = None  # weights after FP8 weight quantization
+    suggested_tensor_parallel_size: int | None = None  # smallest larger TP size that fits
+    tp_max_model_len: int | None = None  # largest --max-model-len at that TP size
+    kv_cache_memory_suggested_bytes: int | None = None  # a --kv-cache-memory that fits
+    cpu_offload_gb_suggested: int | None = None  # --cpu-offload-gb that frees enough
+    suggested_max_num_batched_tokens: int | None = None  # a smaller profile run's token count
+    activation_saving_gib: float | None = None  # activation memory that frees (estimate)
+    suggested_max_num_seqs: int | None = None  # a smaller --max-num-seqs for warm-up and graphs
+
+    WHAT_IFS: ClassVar[frozenset[str]] = frozenset({
+        "fp8_max_model_len", "quantized_weights_gib", "quantized_max_model_len",
+        "fp8_weights_gib", "suggested_tensor_parallel_size", "tp_max_model_len",
+        "kv_cache_memory_suggested_bytes", "cpu_offload_gb_suggested",
+        "suggested_max_num_batched_tokens", "activation_saving_gib", "suggested_max_num_seqs"})
+
+    def json_value(self) -> dict[str, Any]:
+        """The figures; a what-if that was not computed is left out, not null."""
+        return {f.name: value for f in dataclasses.fields(self)
+                if (value := getattr(self, f.name)) is not None or f.name not in self.WHAT_IFS}
+
+
+@dataclass(slots=True, kw_only=True)
 class Sizing(Strict):
-    """The memory arithmetic. Renderers show what is present; `extra` holds named figures
-    that have no field of their own yet (shown as they are)."""
+    """The memory arithmetic. Renderers show what is present; `extra` holds the working
+    figures and the what-ifs (SizingFigures)."""
 
     is_estimate: bool = False
     basis: str = ""  # "log", "host", "catalog": where the budget came from
@@ -330,7 +385,7 @@ class Sizing(Strict):
     max_model_len_that_fits: int | None = None
     max_concurrency: float | None = None
     notes: list[str] = field(default_factory=list)
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: SizingFigures = field(default_factory=SizingFigures)
 
 
 @dataclass(slots=True, kw_only=True)

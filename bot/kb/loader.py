@@ -218,7 +218,9 @@ def _load(roots: list[Path], digest: str) -> KB:
 
 def check_references(kb: KB) -> None:
     """Ids that point nowhere, conditions and template values that code does not provide."""
-    from bot.sizing.checks import CONDITIONS, VALUES
+    from bot.kb.vocabulary import CONDITIONS, template_values
+
+    values = template_values()
 
     phase_ids = [ph.id for ph in kb.phases]
     seen_sig: dict[str, str] = {}
@@ -287,7 +289,7 @@ def check_references(kb: KB) -> None:
             for tmpl in [fx.command, fx.predicted, fx.fallback_command or "",
                          *fx.flags.values()]:
                 for name in template_fields(tmpl):
-                    if name not in VALUES:
+                    if name not in values:
                         raise KBError(where.path, where.line,
                                       f"fix {fx.id}: unknown value {{{name}}}")
     from bot.schema import Facts, field_names

@@ -64,7 +64,7 @@ def numbers(d: Diagnosis) -> list[str]:
     s: Sizing | None = d.sizing
     out: list[str] = []
     total = f.gpu_total_gib if f.gpu_total_gib is not None else (
-        s.extra.get("gpu_total_gib") if s else None)
+        s.extra.gpu_total_gib if s else None)
     if f.gpu_name or total is not None:
         parts = [f.gpu_name] if f.gpu_name else []
         if f.gpu_count and f.gpu_count > 1:

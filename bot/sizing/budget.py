@@ -18,10 +18,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
 
 from bot.lazyre import lazy
-from bot.schema import GIB, MIB, Facts, Sizing
+from bot.schema import GIB, MIB, Facts, Sizing, SizingFigures
 from bot.sizing.catalog import (
     GpuSpec,
     ModelSpec,
@@ -134,19 +133,31 @@ class Inputs:
     notes: list[str] = field(default_factory=list)
 
 
-def resolve_inputs(facts: Facts, model_config: dict[str, object] | None = None,
-                   model: ResolvedModel | None = None) -> Inputs:
-    """Model (given, else config.json, else the name), GPU and layout; unknowns become notes."""
-    notes: list[str] = []
+@dataclass(frozen=True, slots=True)
+class ModelLookup:
+    """The model a diagnosis is about, looked up once (its config.json first, else its name):
+    the catalog's entry, or the note saying why there is none."""
+
+    model: ResolvedModel | None = None
+    unknown: str | None = None
+
+
+def look_up_model(facts: Facts, model_config: dict[str, object] | None = None) -> ModelLookup:
     try:
-        if model is not None:
-            pass
-        elif model_config:
-            model = resolve_model(dict(model_config))
-        elif facts.model:
-            model = resolve_model(facts.model)
+        if model_config:
+            return ModelLookup(resolve_model(dict(model_config)))
+        if facts.model:
+            return ModelLookup(resolve_model(facts.model))
     except UnknownName as exc:
-        notes.append(f"model geometry unknown: {exc}")
+        return ModelLookup(unknown=f"model geometry unknown: {exc}")
+    return ModelLookup()
+
+
+def resolve_inputs(facts: Facts, lookup: ModelLookup | None = None) -> Inputs:
+    """Model (looked up, else from the facts), GPU and layout; unknowns become notes."""
+    lookup = lookup if lookup is not None else look_up_model(facts)
+    model = lookup.model
+    notes: list[str] = [lookup.unknown] if lookup.unknown else []
     gpu: GpuSpec | None = None
     gpu_name = facts.gpu_name or next((g.name for g in facts.gpus if g.name), None)
     if gpu_name:
@@ -173,10 +184,10 @@ def _r(x: float | None, nd: int = 3) -> float | None:
     return None if x is None else round(x, nd)
 
 
-def compute_sizing(facts: Facts, model_config: dict[str, object] | None = None,
-                   model: ResolvedModel | None = None) -> Sizing:
-    """The budget and every derived result for one rank; see the module docstring."""
-    return Budget(resolve_inputs(facts, model_config, model)).sizing()
+def compute_sizing(facts: Facts, lookup: ModelLookup | None = None) -> Sizing:
+    """The budget and every derived result for one rank; see the module docstring. `lookup`
+    is the model already looked up (by default, from the facts' model name)."""
+    return Budget(resolve_inputs(facts, lookup)).sizing()
 
 
 class Budget:
@@ -383,30 +394,28 @@ class Budget:
             util_needed = self.util + (needed - self.available) / self.total
         non_kv = (self.budget - self.available
                   if self.budget is not None and self.available is not None else None)
-        extras: dict[str, Any] = {
-            "gpu_total_gib": _r(self.total), "gpu_memory_utilization": self.util,
-            "activation_gib": _r(self.activation), "non_torch_gib": _r(self.non_torch),
-            "cuda_graph_gib": f.cuda_graph_gib, "non_kv_gib": _r(non_kv),
-            "foreign_processes_gib": _r(self.foreign), "free_memory_gib": _r(self.free),
-            "free_check_fails": self._free_check_fails(),
-            "num_gpu_blocks": blocks, "kv_cache_tokens": kv_tokens,
-            "target_max_model_len": target, "utilization_needed": _r(util_needed, 4),
-            "tensor_parallel_size": self.inp.tp, "pipeline_parallel_size": self.inp.pp,
-            "pp_layers": [s.layers for s in lay.stages] if lay else None,
-            "kv_heads_per_rank": None, "head_size": None,
-            "weights_exceed_gpu": (self.weights > self.total
-                                   if self.weights is not None and self.total else None),
-            "weights_exceed_safe_budget": (self.weights > self.total * SAFE_MAX_UTIL
-                                           if self.weights is not None and self.total else None),
-            "headroom_gib": _r(self._headroom()),
-            "model_id": self.inp.model.spec.id if self.inp.model else None,
-            "model_quantization": self.inp.model.quantization if self.inp.model else None,
-            "gpu_catalog_id": self.inp.gpu.id if self.inp.gpu else None,
-        }
-        if lay is not None:
-            extras["kv_heads_per_rank"] = kv_heads_per_rank(lay.spec, lay.tp)
-            extras["head_size"] = head_size(lay.spec)
-        extras.update(self._what_ifs(needed, fit, target))
+        figures = SizingFigures(
+            gpu_total_gib=_r(self.total), gpu_memory_utilization=self.util,
+            activation_gib=_r(self.activation), non_torch_gib=_r(self.non_torch),
+            cuda_graph_gib=f.cuda_graph_gib, non_kv_gib=_r(non_kv),
+            foreign_processes_gib=_r(self.foreign), free_memory_gib=_r(self.free),
+            free_check_fails=self._free_check_fails(),
+            num_gpu_blocks=blocks, kv_cache_tokens=kv_tokens,
+            target_max_model_len=target, utilization_needed=_r(util_needed, 4),
+            tensor_parallel_size=self.inp.tp, pipeline_parallel_size=self.inp.pp,
+            pp_layers=[s.layers for s in lay.stages] if lay else None,
+            kv_heads_per_rank=kv_heads_per_rank(lay.spec, lay.tp) if lay else None,
+            head_size=head_size(lay.spec) if lay else None,
+            weights_exceed_gpu=(self.weights > self.total
+                                if self.weights is not None and self.total else None),
+            weights_exceed_safe_budget=(self.weights > self.total * SAFE_MAX_UTIL
+                                        if self.weights is not None and self.total else None),
+            headroom_gib=_r(self._headroom()),
+            model_id=self.inp.model.spec.id if self.inp.model else None,
+            model_quantization=self.inp.model.quantization if self.inp.model else None,
+            gpu_catalog_id=self.inp.gpu.id if self.inp.gpu else None,
+        )
+        self._what_ifs(figures, needed, fit, target)
         if self.estimated:
             self.notes.append("estimated terms: " + ", ".join(self.estimated))
         return Sizing(
@@ -423,7 +432,7 @@ class Budget:
             kv_cache_available_gib=_r(self.available),
             kv_cache_needed_gib=_r(needed),
             max_model_len_that_fits=fit, max_concurrency=_r(concurrency, 2),
-            notes=self.notes, extra=extras,
+            notes=self.notes, extra=figures,
         )
 
     def _agree(self, logged: int) -> None:
@@ -450,65 +459,61 @@ class Budget:
             return None
         return self.total - self.budget - (self.foreign or 0.0) - (self.f.cuda_graph_gib or 0.0)
 
-    def _what_ifs(self, needed: float | None, fit: int | None, target: int | None
-                  ) -> dict[str, object]:
+    def _what_ifs(self, out: SizingFigures, needed: float | None, fit: int | None,
+                  target: int | None) -> None:
         """What each knob would change; the planner's template values come from here."""
-        out: dict[str, object] = {}
         lay = self.layout if self.geometry_agrees else None
         avail, f = self.available, self.f
         if lay is not None and lay.dtype_bytes > 1 and avail is not None:
-            out["fp8_max_model_len"] = self._cap(
+            out.fp8_max_model_len = self._cap(
                 lay.with_(kv_cache_dtype="fp8").max_model_len(avail * GIB, self._mnbt()))
         elif lay is None and fit is not None and not (f.kv_cache_dtype or "").startswith("fp8"):
-            out["fp8_max_model_len"] = 2 * fit  # blocks double; exact within one block
+            out.fp8_max_model_len = 2 * fit  # blocks double; exact within one block
         if self.weights is not None and self.weight_fmt != "4bit":
             q = self.weights * BYTES_PER_PARAM["4bit"] / BYTES_PER_PARAM[self.weight_fmt]
-            out["quantized_weights_gib"] = _r(q)
+            out.quantized_weights_gib = _r(q)
             if avail is not None and lay is not None:
-                out["quantized_max_model_len"] = self._cap(
+                out.quantized_max_model_len = self._cap(
                     lay.max_model_len((avail + self.weights - q) * GIB, self._mnbt()))
             if self.weight_fmt == "16bit":
-                out["fp8_weights_gib"] = _r(self.weights * BYTES_PER_PARAM["8bit"] / 2)
+                out.fp8_weights_gib = _r(self.weights * BYTES_PER_PARAM["8bit"] / 2)
         if lay is not None:
-            out.update(self._tp_what_if(lay, target))
+            self._tp_what_if(out, lay, target)
         if needed is not None and avail is not None and self.total is not None:
             non_kv = (self.budget - avail) if self.budget is not None else 0.0
             room = self.total * SAFE_MAX_UTIL - (self.foreign or 0.0) - non_kv
             give = min(needed, room - REDUNDANCY_BUFFER_GIB)
             if give > 0:
-                out["kv_cache_memory_suggested_bytes"] = int(give * GIB) // MIB * MIB
+                out.kv_cache_memory_suggested_bytes = int(give * GIB) // MIB * MIB
             short = needed - avail
             if short > 0 and self.weights is not None and short < self.weights:
-                out["cpu_offload_gb_suggested"] = math.ceil(short * 1.1)
+                out.cpu_offload_gb_suggested = math.ceil(short * 1.1)
         if self.activation is not None or self.mnbt is not None:
             mnbt = self._mnbt()
             new = max(512, mnbt // 2)
             if new < mnbt:
-                out["suggested_max_num_batched_tokens"] = new
+                out.suggested_max_num_batched_tokens = new
                 if self.activation is not None:
-                    out["activation_saving_gib"] = _r(self.activation * (1 - new / mnbt) * 0.8)
+                    out.activation_saving_gib = _r(self.activation * (1 - new / mnbt) * 0.8)
         # Half the running value; unknown, 128 is below every vLLM default (256 / 1024).
-        out["suggested_max_num_seqs"] = max(16, f.max_num_seqs // 2) if f.max_num_seqs else 128
-        return out
+        out.suggested_max_num_seqs = max(16, f.max_num_seqs // 2) if f.max_num_seqs else 128
 
-    def _tp_what_if(self, lay: KvLayout, target: int | None) -> dict[str, object]:
+    def _tp_what_if(self, out: SizingFigures, lay: KvLayout, target: int | None) -> None:
         """The smallest larger TP size whose per-rank budget fits the target length."""
         avail, w = self.available, self.weights
         if avail is None or w is None or not target:
-            return {}
+            return
         # Not limited by the host's GPU count: "TP 2 would fit" is worth saying even on a
         # one-GPU host; the planner's no_spare_gpus condition withholds it there, with why.
         limit = max(self.f.gpu_count or len(self.f.gpus), 8)
-        best: dict[str, object] = {}
         for tp in tp_sizes(lay.spec, limit // lay.pp):
             if tp <= lay.tp:
                 continue
             freed = (w + (self.activation or 0.0)) * (1 - lay.tp / tp)
             fit = self._cap(lay.with_(tp=tp).max_model_len((avail + freed) * GIB, self._mnbt()))
-            best = {"suggested_tensor_parallel_size": tp, "tp_max_model_len": fit}
+            out.suggested_tensor_parallel_size, out.tp_max_model_len = tp, fit
             if fit is not None and fit >= target:
                 break
-        return best
 
 
 def tp_sizes(spec: ModelSpec, limit: int) -> list[int]:

@@ -24,6 +24,7 @@ from bot.schema import GIB, Facts, Sizing
 from bot.sizing.budget import (
     BYTES_PER_PARAM,
     DEFAULT_UTIL,
+    ModelLookup,
     compute_sizing,
     fmt_bytes,
     weight_format,
@@ -146,7 +147,7 @@ def size(model: str | dict[str, object], gpu: str, *, gpus: int | None = None,
                   pipeline_parallel_size=pp, max_model_len=length,
                   gpu_memory_utilization=util, kv_cache_dtype=kv_cache_dtype,
                   quantization=quant)
-    sizing = compute_sizing(facts, model=resolved)
+    sizing = compute_sizing(facts, ModelLookup(resolved))
     layout = KvLayout.build(spec, tp, pp, kv_cache_dtype, DEFAULT_BLOCK)
     memory = _memory(sizing, layout, length, concurrency)
     batch = concurrency or _memory_batch(memory)
@@ -180,12 +181,12 @@ def size(model: str | dict[str, object], gpu: str, *, gpus: int | None = None,
 def _verdict(s: Sizing, m: KvMemory, u: Users, t: Throughput, length: int) -> tuple[bool, str]:
     """The answer first: does it fit, and if not, the cheapest change that makes it fit."""
     tips = []
-    if s.extra.get("suggested_tensor_parallel_size"):
-        tips.append(f"--tensor-parallel-size {s.extra['suggested_tensor_parallel_size']} "
-                    f"(largest max-model-len {s.extra.get('tp_max_model_len')})")
-    if s.extra.get("quantized_max_model_len"):
-        tips.append(f"4-bit weights ({s.extra['quantized_weights_gib']:.2f} GiB per GPU, "
-                    f"largest max-model-len {s.extra['quantized_max_model_len']})")
+    if s.extra.suggested_tensor_parallel_size:
+        tips.append(f"--tensor-parallel-size {s.extra.suggested_tensor_parallel_size} "
+                    f"(largest max-model-len {s.extra.tp_max_model_len})")
+    if s.extra.quantized_max_model_len:
+        tips.append(f"4-bit weights ({s.extra.quantized_weights_gib:.2f} GiB per GPU, "
+                    f"largest max-model-len {s.extra.quantized_max_model_len})")
     hint = f"; try {' or '.join(tips)}" if tips else ""
     avail = m.kv_available_gib
     if avail is not None and avail <= 0:
@@ -219,22 +220,22 @@ def _validate(spec: ModelSpec, tp: int, pp: int, gpus: int, util: float, share: 
 
 def _memory(s: Sizing, layout: KvLayout, length: int, concurrency: int | None) -> KvMemory:
     per_seq = layout.needed_bytes(length) / GIB
-    blocks = s.extra.get("num_gpu_blocks")
+    blocks = s.extra.num_gpu_blocks
     fit_seqs = layout.concurrency(blocks, length) if blocks is not None else None
     batch = concurrency or max(1, math.floor(fit_seqs or 1))
     return KvMemory(
         kv_bytes_per_token=layout.bytes_per_token, kv_bytes_per_block=layout.bytes_per_block,
         block_size=layout.block_size, kv_per_sequence_gib=round(per_seq, 3),
         concurrency=batch, kv_per_batch_gib=round(per_seq * batch, 3),
-        weights_gib=round(s.weights_gib or 0.0, 3), activation_gib=s.extra.get("activation_gib"),
-        non_torch_gib=s.extra.get("non_torch_gib"), budget_gib=s.budget_gib,
+        weights_gib=round(s.weights_gib or 0.0, 3), activation_gib=s.extra.activation_gib,
+        non_torch_gib=s.extra.non_torch_gib, budget_gib=s.budget_gib,
         kv_available_gib=s.kv_cache_available_gib,
         sequences_fit=round(fit_seqs, 2) if fit_seqs is not None else None,
-        kv_cache_tokens=s.extra.get("kv_cache_tokens"),
+        kv_cache_tokens=s.extra.kv_cache_tokens,
         max_model_len_that_fits=s.max_model_len_that_fits,
         batch_fits=(per_seq * batch <= s.kv_cache_available_gib
                     if s.kv_cache_available_gib is not None else None),
-        fp8_max_model_len=s.extra.get("fp8_max_model_len"))
+        fp8_max_model_len=s.extra.fp8_max_model_len)
 
 
 def _memory_batch(m: KvMemory) -> int:

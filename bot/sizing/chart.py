@@ -68,20 +68,20 @@ def _from_diagnosis(d: Diagnosis) -> ChartData:
     x = s.extra
     segs: list[Segment] = []
     _add(segs, "weights", "weights", s.weights_gib)
-    if x.get("activation_gib") is not None or x.get("non_torch_gib") is not None:
-        _add(segs, "activation peak", "activation", x.get("activation_gib"))
-        _add(segs, "non-torch (NCCL, cuBLAS)", "other", x.get("non_torch_gib"))
-    elif x.get("non_kv_gib") is not None and s.weights_gib is not None:
-        _add(segs, "activation + non-torch", "other", x["non_kv_gib"] - s.weights_gib)
+    if x.activation_gib is not None or x.non_torch_gib is not None:
+        _add(segs, "activation peak", "activation", x.activation_gib)
+        _add(segs, "non-torch (NCCL, cuBLAS)", "other", x.non_torch_gib)
+    elif x.non_kv_gib is not None and s.weights_gib is not None:
+        _add(segs, "activation + non-torch", "other", x.non_kv_gib - s.weights_gib)
     _add(segs, "KV available", "kv_available", s.kv_cache_available_gib)
-    _add(segs, "CUDA graphs", "cuda_graphs", x.get("cuda_graph_gib"))
-    _add(segs, "other processes", "foreign", x.get("foreign_processes_gib"))
-    _add(segs, "headroom", "headroom", x.get("headroom_gib"))
-    model = d.facts.model or x.get("model_id") or "model"
-    length = x.get("target_max_model_len")
+    _add(segs, "CUDA graphs", "cuda_graphs", x.cuda_graph_gib)
+    _add(segs, "other processes", "foreign", x.foreign_processes_gib)
+    _add(segs, "headroom", "headroom", x.headroom_gib)
+    model = d.facts.model or x.model_id or "model"
+    length = x.target_max_model_len
     return ChartData(
         title=f"{model} on {d.facts.gpu_name or 'GPU'}: memory budget per GPU",
-        total_gib=x.get("gpu_total_gib"), budget_gib=s.budget_gib, segments=segs,
+        total_gib=x.gpu_total_gib, budget_gib=s.budget_gib, segments=segs,
         kv_available_gib=s.kv_cache_available_gib, kv_needed_gib=s.kv_cache_needed_gib,
         needed_label=f"KV needed ({length} tokens)" if length else "KV needed",
         is_estimate=s.is_estimate)

@@ -1,63 +1,24 @@
-"""The conditions a KB entry may name, and the values a fix template may use.
+"""The conditions a KB entry may name, implemented: one registered function per name that
+bot.kb.vocabulary declares (a test keeps the two sets equal).
 
 A condition is a fact about this incident, worked out from the facts and the sizing, that
 returns the sentence which proves it (with the numbers it used) or None when it does not hold.
 The KB names them: a cause's `supports` and `rules_out`, a fix's `withhold_if`. So the rules
-stay data while the arithmetic stays in tested code. VALUES lists the names a fix template may
-use.
+stay data while the arithmetic stays in tested code.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from bot.fmt import gib
-from bot.schema import Facts, Sizing, field_names
+from bot.schema import Facts, Sizing, SizingFigures
 from bot.sizing.budget import DEFAULT_UTIL
 from bot.sizing.catalog import UnknownName, resolve_gpu
 
 ConditionFn = Callable[[Facts, Sizing | None], str | None]  # the proof, or None
 
-CONDITIONS: dict[str, ConditionFn] = {}
-
-# Values the fix planner computes for templates (bot.sizing.plan fills them; None = unknown,
-# and a fix needing an unknown value falls back to its `fallback_command` or is not offered).
-PLANNED_VALUES: dict[str, str] = {
-    "model_or_placeholder": "the model name, or MODEL when the evidence does not show it",
-    "fit_max_model_len": "largest --max-model-len that fits the available KV (block-rounded)",
-    "suggested_max_model_len": "a round value <= fit_max_model_len (e.g. 32768), for configs",
-    "suggested_gpu_memory_utilization": "utilization that fits, within the safe 0.90-0.95 range",
-    "utilization_fitting_free_memory": "largest utilization the free memory allows (foreign use)",
-    "suggested_tensor_parallel_size": "smallest TP size (divides heads) whose budget fits",
-    "suggested_max_num_batched_tokens": "a smaller --max-num-batched-tokens for the profile run",
-    "suggested_max_num_seqs": "a smaller --max-num-seqs for sampler warm-up / CUDA graphs",
-    "fp8_max_model_len": "largest --max-model-len that fits with --kv-cache-dtype fp8",
-    "fp8_target_max_model_len": "the asked length if it fits with fp8 KV, else fp8_max_model_len",
-    "quantized_weights_gib": "weights after 4-bit quantization (AWQ/GPTQ)",
-    "kv_bytes_per_token_h": "KV bytes per token, human readable (e.g. '128 KiB')",
-    "kv_needed_at_fit_gib": "KV needed for one request at fit_max_model_len",
-    "foreign_processes_h": "other processes holding GPU memory: 'pid 4242 python 20.00 GiB'",
-    "gpu_count_h": "GPUs seen on the host",
-    "kv_cache_memory_suggested_bytes": "a --kv-cache-memory value that fits",
-    "cpu_offload_gb_suggested": "--cpu-offload-gb that frees enough for the KV need",
-    # the planner's own values, all computed in bot.sizing.budget
-    "target_max_model_len": "the max-model-len asked for (flag, else the model's maximum)",
-    "utilization_needed": "utilization at which one max-model-len request fits (may be > 0.95)",
-    "quantized_max_model_len": "largest --max-model-len once the weights are 4-bit",
-    "fp8_weights_gib": "weights after FP8 weight quantization",
-    "tp_max_model_len": "largest --max-model-len at suggested_tensor_parallel_size",
-    "activation_saving_gib": "KV memory freed by suggested_max_num_batched_tokens (estimate)",
-    "num_gpu_blocks": "KV blocks per worker (logged, else computed)",
-    "headroom_gib": "GPU memory outside the budget, other processes and CUDA graphs",
-    "utilization_effect_h": "what suggested_gpu_memory_utilization gives, e.g. '9.87 GiB of KV'",
-}
-
-# Names a fix template may use: every fact, every sizing field, and planner-computed values.
-VALUES: frozenset[str] = frozenset(
-    set(field_names(Facts)) | set(field_names(Sizing)) | set(PLANNED_VALUES)
-)
-
+CONDITIONS: dict[str, ConditionFn] = {}  # name -> implementation
 
 def condition(name: str) -> Callable[[ConditionFn], ConditionFn]:
     def register(fn: ConditionFn) -> ConditionFn:
@@ -75,21 +36,20 @@ FOREIGN_MIN_GIB = 0.5  # less than this is a desktop/monitoring footprint, not a
 COMMON_GPU_GIB = 79.0  # an 80 GB A100/H100 as the CUDA runtime reports it (79.1-79.6 GiB)
 
 
-def _extra(s: Sizing | None, name: str) -> Any:
-    """A named figure of the Sizing: a typed field or one of its `extra` figures."""
-    if s is None:
-        return None
-    return s.extra.get(name, getattr(s, name, None))
+def figures(s: Sizing | None) -> SizingFigures:
+    """The Sizing's working figures; all unknown when there is no sizing."""
+    return s.extra if s is not None else SizingFigures()
 
 
 def _util(f: Facts, s: Sizing | None) -> float | None:
-    u = f.gpu_memory_utilization if f.gpu_memory_utilization is not None else _extra(
-        s, "gpu_memory_utilization")
+    u = f.gpu_memory_utilization
+    if u is None:
+        u = figures(s).gpu_memory_utilization
     return None if u is None else float(u)
 
 
 def _total(f: Facts, s: Sizing | None) -> float | None:
-    t = f.gpu_total_gib if f.gpu_total_gib is not None else _extra(s, "gpu_total_gib")
+    t = f.gpu_total_gib if f.gpu_total_gib is not None else figures(s).gpu_total_gib
     return None if t is None else float(t)
 
 
@@ -116,7 +76,7 @@ def _weights(f: Facts, s: Sizing | None) -> float | None:
 
 def _foreign(f: Facts, s: Sizing | None) -> float | None:
     g = f.foreign_processes_gib
-    return float(g) if g is not None else _extra(s, "foreign_processes_gib")
+    return float(g) if g is not None else figures(s).foreign_processes_gib
 
 
 def _gpu_count(f: Facts) -> int | None:
@@ -271,7 +231,7 @@ def _weights_unsharded(f: Facts, s: Sizing | None) -> str | None:
     if (f.tensor_parallel_size or 1) * (f.pipeline_parallel_size or 1) > 1:
         return None
     why = _weights_gpu(f, s)
-    tp = _extra(s, "suggested_tensor_parallel_size")
+    tp = figures(s).suggested_tensor_parallel_size
     if why and isinstance(tp, int) and tp > 1:
         why += f"; TP {tp} is the smallest that fits and divides the heads"
     return why
@@ -320,7 +280,7 @@ def _budget_share(f: Facts, s: Sizing | None, at_least: float) -> str | None:
     if not budget:
         return None
     w = _weights(f, s)
-    non_kv = _extra(s, "non_kv_gib")
+    non_kv = figures(s).non_kv_gib
     if non_kv is not None and s is not None and s.basis == "log":
         # budget - available: exact when the log printed the KV figure, and it includes the
         # activation and non-torch terms, so it beats a catalog estimate of the weights.
@@ -359,7 +319,7 @@ def _kv_needed(f: Facts, s: Sizing | None) -> str | None:
     if s is None:
         return None
     avail, needed = s.kv_cache_available_gib, s.kv_cache_needed_gib
-    fit, length = s.max_model_len_that_fits, _extra(s, "target_max_model_len")
+    fit, length = s.max_model_len_that_fits, figures(s).target_max_model_len
     if avail is not None and avail <= 0:
         return None
     if needed is not None and avail is not None:
@@ -377,7 +337,7 @@ def _kv_needed(f: Facts, s: Sizing | None) -> str | None:
 def _no_kv_at_all(f: Facts, s: Sizing | None) -> str | None:
     """"no KV memory at all (X available, N blocks)" when not one block fits, else None."""
     avail = s.kv_cache_available_gib if s else f.kv_cache_available_gib
-    blocks = f.gpu_blocks if f.gpu_blocks is not None else _extra(s, "num_gpu_blocks")
+    blocks = f.gpu_blocks if f.gpu_blocks is not None else figures(s).num_gpu_blocks
     if (avail is not None and avail <= 0) or blocks == 0:
         return f"no KV memory at all ({gib(avail or 0.0)} available, {blocks or 0} blocks)"
     return None
@@ -394,7 +354,7 @@ def _no_kv(f: Facts, s: Sizing | None) -> str | None:
 def _len_fits(f: Facts, s: Sizing | None) -> str | None:
     if s is None:
         return None
-    fit, length = s.max_model_len_that_fits, _extra(s, "target_max_model_len")
+    fit, length = s.max_model_len_that_fits, figures(s).target_max_model_len
     if fit and length and length <= fit:
         return f"one request at max-model-len {length} fits (up to {fit})"
     return None
@@ -404,7 +364,7 @@ def _len_fits(f: Facts, s: Sizing | None) -> str | None:
 def _fp8_fits(f: Facts, s: Sizing | None) -> str | None:
     if (f.kv_cache_dtype or "").startswith("fp8"):
         return None
-    fp8_fit, length = _extra(s, "fp8_max_model_len"), _extra(s, "target_max_model_len")
+    fp8_fit, length = figures(s).fp8_max_model_len, figures(s).target_max_model_len
     fit = s.max_model_len_that_fits if s else None
     if fp8_fit and length and fit is not None and fit < length <= fp8_fit:
         return (f"with --kv-cache-dtype fp8 one request at {length} fits (largest {fp8_fit}, "
@@ -448,7 +408,7 @@ def _util_low(f: Facts, s: Sizing | None) -> str | None:
 
 @condition("utilization_would_fit")
 def _util_fits(f: Facts, s: Sizing | None) -> str | None:
-    util, need = _util(f, s), _extra(s, "utilization_needed")
+    util, need = _util(f, s), figures(s).utilization_needed
     if util is None or need is None or not util < need <= 0.95:
         return None
     return f"utilization {need:.3f} (from {util:.2f}) would make one request at max-model-len fit"
@@ -523,7 +483,7 @@ def _in_capture(f: Facts, s: Sizing | None) -> str | None:
 
 @condition("cuda_graph_large")
 def _graphs(f: Facts, s: Sizing | None) -> str | None:
-    graphs, headroom = f.cuda_graph_gib, _extra(s, "headroom_gib")
+    graphs, headroom = f.cuda_graph_gib, figures(s).headroom_gib
     if graphs is None:
         return None
     if graphs >= 1.0 or (headroom is not None and graphs >= float(headroom) * 0.5):
@@ -598,7 +558,7 @@ LARGEST_GPU_GIB = 192.0
 
 @condition("utilization_cannot_fit")
 def _util_cannot_fit(f: Facts, s: Sizing | None) -> str | None:
-    need = _extra(s, "utilization_needed")
+    need = figures(s).utilization_needed
     if need is not None and need > 0.95:
         return (f"the KV need calls for utilization {need:.3f}, above the safe 0.95: raising it "
                 "alone cannot make one request fit")
@@ -638,7 +598,7 @@ def _count_unknown(f: Facts, s: Sizing | None) -> str | None:
 @condition("host_has_enough_gpus")
 def _enough_gpus(f: Facts, s: Sizing | None) -> str | None:
     count = _gpu_count(f)
-    want = _extra(s, "suggested_tensor_parallel_size")
+    want = figures(s).suggested_tensor_parallel_size
     if count is not None and isinstance(want, int) and count >= want:
         return f"not needed: this host already has {count} GPUs"
     return None
@@ -652,7 +612,7 @@ def _already_fp8(f: Facts, s: Sizing | None) -> str | None:
 
 @condition("already_quantized")
 def _already_quantized(f: Facts, s: Sizing | None) -> str | None:
-    q = f.quantization or _extra(s, "model_quantization")
+    q = f.quantization or figures(s).model_quantization
     return f"the weights are already quantized ({q})" if q else None
 
 
@@ -751,7 +711,7 @@ def _tiny_fit(f: Facts, s: Sizing | None) -> str | None:
     """The KV cache left beside the weights holds a few hundred tokens of a long context: a
     shorter --max-model-len 'fits' but serves nothing; what takes the budget is the cause."""
     fit = f.estimated_max_model_len or (s.max_model_len_that_fits if s else None)
-    want = f.max_model_len or _extra(s, "target_max_model_len")
+    want = f.max_model_len or figures(s).target_max_model_len
     if not fit or not want or fit >= TINY_CONTEXT or want <= fit:
         return None
     if fit * 8 > want and want > TINY_CONTEXT:

@@ -29,19 +29,21 @@ from bot.schema import (
     Fix,
     ProblemMatch,
     Sizing,
+    SizingFigures,
     WithheldFix,
-    to_data,
 )
 from bot.sizing.budget import (
     DEFAULT_UTIL,
     SAFE_MAX_UTIL,
     SAFE_MIN_UTIL,
+    ModelLookup,
     compute_sizing,
     fmt_bytes,
+    look_up_model,
     tp_sizes,
 )
-from bot.sizing.catalog import UnknownName, resolve_model
-from bot.sizing.checks import CONDITIONS, PLANNED_VALUES, foreign_processes_h
+from bot.sizing.catalog import ResolvedModel
+from bot.sizing.checks import CONDITIONS, foreign_processes_h
 
 MAX_CAUSES = 3  # supported causes shown; the rest are named in one line
 UNDECIDED_CAUSES = 2  # shown as possible when the evidence supports none
@@ -91,7 +93,10 @@ def plan(kb: KB, problems: list[ProblemMatch], facts: Facts,
     if asks and (facts.gpu_count or 0) > 1 and facts.tensor_parallel_size is None:
         # "on two h100s": the question is about sharding over them
         sized = dataclasses.replace(facts, tensor_parallel_size=facts.gpu_count)
-    sizing = compute_sizing(sized, model_config) if memory or asks else None
+    # the model, looked up once, where the sizing or a TP size needs it
+    lookup = (look_up_model(facts, model_config)
+              if memory or asks or facts.gpu_count or facts.gpus else ModelLookup())
+    sizing = compute_sizing(sized, lookup) if memory or asks else None
     problems = place(kb, problems, facts, sizing)
     ranked = rank_causes(kb, problems, facts, sizing, hits)
     if sizing is not None:
@@ -112,7 +117,7 @@ def plan(kb: KB, problems: list[ProblemMatch], facts: Facts,
                  *shown][:MAX_CAUSES]
     if not shown:
         shown = live[:UNDECIDED_CAUSES]
-    values = template_values(facts, sizing, model_config)
+    values = template_values(facts, sizing, lookup.model)
     fixes: list[tuple[int, int, int, Fix]] = []
     withheld: list[WithheldFix] = []
     seen_ids: set[str] = set()
@@ -290,39 +295,78 @@ def quote(hit: SignatureHit) -> str:
 
 # -- template values -------------------------------------------------------------------------
 
+@dataclass(slots=True, kw_only=True)
+class Planned:
+    """The values the planner works out for fix templates, one field per name that
+    bot.kb.vocabulary.PLANNED_VALUES declares (and says the meaning of)."""
+
+    model_or_placeholder: str = "MODEL"
+    fit_max_model_len: int | None = None
+    suggested_max_model_len: int | None = None
+    suggested_gpu_memory_utilization: float | None = None
+    utilization_fitting_free_memory: float | None = None
+    suggested_tensor_parallel_size: int | None = None
+    fp8_target_max_model_len: int | None = None
+    kv_bytes_per_token_h: str | None = None
+    kv_needed_at_fit_gib: float | None = None
+    foreign_processes_h: str | None = None
+    gpu_count_h: str | None = None
+    utilization_effect_h: str | None = None
+
+
+@dataclass(slots=True)
+class TemplateValues:
+    """What a fix template's `{name}` is filled with. The KB names values in data, so they are
+    looked up by name here (the loader accepts only bot.kb.vocabulary's names); the most
+    worked-out source wins: the planner's value, else the sizing's figure, else its number,
+    else the fact. None: not known."""
+
+    facts: Facts
+    sizing: Sizing | None
+    planned: Planned
+
+    def value(self, name: str) -> object:
+        sources: list[object] = [self.planned]
+        if self.sizing is not None:
+            sources += [self.sizing.extra, self.sizing]
+        sources.append(self.facts)
+        for source in sources:
+            found = getattr(source, name, None)
+            if found is not None and found != [] and not isinstance(found, SizingFigures):
+                return found
+        return None
+
+
 def template_values(facts: Facts, sizing: Sizing | None,
-                    model_config: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Every name a template may use, with None for what is not known."""
-    values: dict[str, Any] = dict.fromkeys(PLANNED_VALUES)
-    values.update(facts.known())
-    if sizing is not None:
-        data = to_data(sizing)
-        data.update(data.pop("extra"))
-        values.update({k: v for k, v in data.items() if v is not None})
-    values["model_or_placeholder"] = model_argument(facts.model, values.get("model_id"))
-    values["foreign_processes_h"] = foreign_processes_h(facts)
+                    model: ResolvedModel | None = None) -> TemplateValues:
+    """The values a template may use; `model` is the diagnosis's model, already looked up."""
+    figures = sizing.extra if sizing is not None else SizingFigures()
     count = facts.gpu_count or len(facts.gpus) or None
-    values["gpu_count_h"] = f"{count} GPU{'s' if count != 1 else ''}" if count else None
-    if values.get("suggested_tensor_parallel_size") is None:
-        values["suggested_tensor_parallel_size"] = _valid_tp(facts, model_config, count)
+    p = Planned(
+        model_or_placeholder=model_argument(facts.model, figures.model_id),
+        foreign_processes_h=foreign_processes_h(facts),
+        gpu_count_h=f"{count} GPU{'s' if count != 1 else ''}" if count else None,
+        suggested_tensor_parallel_size=(figures.suggested_tensor_parallel_size
+                                        or _valid_tp(facts, model, count)))
+    values = TemplateValues(facts, sizing, p)
     if sizing is None:
         return values
     bpt = sizing.kv_bytes_per_token
     if bpt:
-        values["kv_bytes_per_token_h"] = fmt_bytes(bpt)
+        p.kv_bytes_per_token_h = fmt_bytes(bpt)
     fit = sizing.max_model_len_that_fits
     if fit:
-        values["fit_max_model_len"] = fit
-        values["suggested_max_model_len"] = round_length(fit)
+        p.fit_max_model_len = fit
+        p.suggested_max_model_len = round_length(fit)
         block = sizing.block_size or 16
         if bpt:
-            values["kv_needed_at_fit_gib"] = math.ceil(fit / block) * block * bpt / GIB
-    fp8_fit = values.get("fp8_max_model_len")
+            p.kv_needed_at_fit_gib = math.ceil(fit / block) * block * bpt / GIB
+    fp8_fit = figures.fp8_max_model_len
     if fp8_fit:
         # keep the context the user asked for when fp8 makes it fit; never ask for more
         asked = facts.max_model_len
-        values["fp8_target_max_model_len"] = min(asked, fp8_fit) if asked else fp8_fit
-    values.update(_utilization_values(facts, sizing))
+        p.fp8_target_max_model_len = min(asked, fp8_fit) if asked else fp8_fit
+    _utilization_values(p, facts, sizing)
     return values
 
 
@@ -334,20 +378,17 @@ def model_argument(model: str | None, catalog_id: str | None) -> str:
     return catalog_id or "MODEL"
 
 
-def _valid_tp(facts: Facts, model_config: dict[str, Any] | None, gpus: int | None
-              ) -> int | None:
+def _valid_tp(facts: Facts, model: ResolvedModel | None, gpus: int | None) -> int | None:
     """Without a memory what-if (e.g. TP does not divide the heads): the largest TP size the
     model accepts on the GPUs the host shows."""
     if not gpus:
         return None
     limit = gpus // (facts.pipeline_parallel_size or 1)
-    try:
-        spec = resolve_model(model_config or facts.model or "").spec
-    except UnknownName:
+    if model is None:
         heads = facts.num_attention_heads  # the divisibility error names the head count
         fits = [tp for tp in range(1, limit + 1) if heads and heads % tp == 0]
         return fits[-1] if fits else None
-    sizes = tp_sizes(spec, limit)
+    sizes = tp_sizes(model.spec, limit)
     return sizes[-1] if sizes else None
 
 
@@ -357,17 +398,16 @@ def round_length(fit: int) -> int:
     return max(fit // step * step, min(fit, 16))
 
 
-def _utilization_values(facts: Facts, s: Sizing) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    cur = s.extra.get("gpu_memory_utilization")
-    need = s.extra.get("utilization_needed")
-    total = s.extra.get("gpu_total_gib")
+def _utilization_values(p: Planned, facts: Facts, s: Sizing) -> None:
+    cur = s.extra.gpu_memory_utilization
+    need = s.extra.utilization_needed
+    total = s.extra.gpu_total_gib
     if need is not None:
         target = min(SAFE_MAX_UTIL, max(SAFE_MIN_UTIL, math.ceil(need * 100 - 1e-9) / 100))
     else:
         target = SAFE_MAX_UTIL  # the top of the safe range when the need is unknown
     if cur is None or target > cur:
-        out["suggested_gpu_memory_utilization"] = target
+        p.suggested_gpu_memory_utilization = target
         avail = s.kv_cache_available_gib
         # the effect with this host's numbers when they are known, else what the flag does
         text = f"the weights + KV budget grows to {target:g} x total GPU memory"
@@ -377,21 +417,20 @@ def _utilization_values(facts: Facts, s: Sizing) -> dict[str, Any]:
             if s.kv_cache_needed_gib is not None:
                 fits = "fits" if grown >= s.kv_cache_needed_gib else "still does not fit"
                 text += f"; one request needs {s.kv_cache_needed_gib:.2f} GiB and {fits}"
-        out["utilization_effect_h"] = text
-    free = facts.free_memory_gib if facts.free_memory_gib is not None else s.extra.get(
-        "free_memory_gib")
+        p.utilization_effect_h = text
+    free = facts.free_memory_gib if facts.free_memory_gib is not None else (
+        s.extra.free_memory_gib)
     if free is not None and total:
         fitting = math.floor(free / total * 100) / 100 - 0.01
         # only a reduction: if the free memory already covers the request, nothing to fit
         if fitting > 0 and (cur is None or fitting < cur):
-            out["utilization_fitting_free_memory"] = round(fitting, 2)
-    return out
+            p.utilization_fitting_free_memory = round(fitting, 2)
 
 
 class _Value:
     """A template value that formats itself sensibly unless the template gives a spec."""
 
-    def __init__(self, name: str, value: Any) -> None:
+    def __init__(self, name: str, value: object) -> None:
         self.name, self.value = name, value
 
     def __format__(self, spec: str) -> str:
@@ -400,7 +439,7 @@ class _Value:
         return format_value(self.name, self.value)
 
 
-def format_value(name: str, v: Any) -> str:
+def format_value(name: str, v: object) -> str:
     """Integers plain, GiB with 2 decimals, other floats short ('0.93', '1.3')."""
     if isinstance(v, bool):
         return "true" if v else "false"
@@ -415,12 +454,13 @@ def format_value(name: str, v: Any) -> str:
     return str(v)
 
 
-def _fill(template: str, values: dict[str, Any]) -> str | None:
+def _fill(template: str, values: TemplateValues) -> str | None:
     """The filled template, or None when a placeholder's value is unknown."""
     names = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
-    if any(values.get(n) is None for n in names):
+    known = {n: values.value(n) for n in names}
+    if any(v is None for v in known.values()):
         return None
-    return template.format_map({n: _Value(n, values[n]) for n in names})
+    return template.format_map({n: _Value(n, v) for n, v in known.items()})
 
 
 def _flag_value(text: str) -> str | int | float | bool:
@@ -436,7 +476,7 @@ def _flag_value(text: str) -> str | int | float | bool:
         return text
 
 
-def fill_fix(fx: FixTemplate, cause_id: str, values: dict[str, Any]) -> Fix | None:
+def fill_fix(fx: FixTemplate, cause_id: str, values: TemplateValues) -> Fix | None:
     """A Fix with every placeholder computed, else its fallback (computed=False), else None."""
     command = _fill(fx.command, values)
     flags: dict[str, str | int | float | bool | None] = {}

@@ -21,7 +21,7 @@ def test_log_estimate_is_used_and_checked_for_agreement() -> None:
     assert any("outside our range" in n for n in pp2.notes)
     # the other figures follow vLLM's estimate, not our (disagreeing) PP geometry
     for s_ in (s, pp2):
-        assert s_.extra["num_gpu_blocks"] == 34_736 // 16
+        assert s_.extra.num_gpu_blocks == 34_736 // 16
         assert s_.max_concurrency == round(2171 / 16_384, 2)
 
 
@@ -30,7 +30,7 @@ def test_v1_log_numbers_qwen3_14b() -> None:
                              kv_cache_tokens=42_656, max_model_len=32_768,
                              gpu_memory_utilization=0.9, gpu_total_gib=79.19))
     assert s.basis == "log" and not s.is_estimate
-    assert s.extra["kv_cache_tokens"] == 42_656 and s.extra["num_gpu_blocks"] == 2666
+    assert s.extra.kv_cache_tokens == 42_656 and s.extra.num_gpu_blocks == 2666
     assert s.max_model_len_that_fits == 40_960  # the pool holds 42,656; the model stops at 40,960
     assert s.max_concurrency == 1.30
     assert s.kv_cache_needed_gib == 5.0  # 2048 blocks x 2.5 MiB
@@ -44,8 +44,8 @@ def test_v0_profile_summary_budget() -> None:
                              max_model_len=4096))
     assert s.basis == "log" and not s.is_estimate
     assert s.kv_cache_available_gib == 15.52
-    assert abs(s.extra["num_gpu_blocks"] - 36_326) <= 1
-    assert s.extra["non_kv_gib"] == 4.33
+    assert s.extra.num_gpu_blocks is not None and abs(s.extra.num_gpu_blocks - 36_326) <= 1
+    assert s.extra.non_kv_gib == 4.33
 
 
 def test_v0_max_seq_len_error_tokens() -> None:
@@ -54,7 +54,7 @@ def test_v0_max_seq_len_error_tokens() -> None:
                              model="meta-llama/Llama-3.1-8B-Instruct", max_model_len=29_000,
                              kv_cache_tokens=23_648))
     assert s.max_model_len_that_fits == 23_648
-    assert s.extra["num_gpu_blocks"] == 1478
+    assert s.extra.num_gpu_blocks == 1478
     assert s.max_concurrency == 0.82
 
 
@@ -73,11 +73,11 @@ def test_host_budget_and_free_memory_check() -> None:
                   processes=[GpuProcess(pid=7, name="python", used_mib=16_000,
                                         is_server=False)])
     s = compute_sizing(facts)
-    assert s.extra["free_check_fails"] is True
+    assert s.extra.free_check_fails is True
     assert s.budget_gib == 45.011
-    assert s.extra["foreign_processes_gib"] == 15.625
+    assert s.extra.foreign_processes_gib == 15.625
     assert s.basis == "host" and s.is_estimate  # weights/activation from the catalog
-    assert s.extra["utilization_needed"] is not None
+    assert s.extra.utilization_needed is not None
 
 
 def test_catalog_estimate_from_nvidia_smi_table() -> None:
@@ -89,7 +89,8 @@ def test_catalog_estimate_from_nvidia_smi_table() -> None:
     assert s.weights_gib is not None and 14.9 < s.weights_gib < 15.0  # 8.03B x 2 B
     assert s.max_model_len_that_fits is not None and s.max_model_len_that_fits % 16 == 0
     assert s.max_model_len_that_fits < 131_072
-    assert s.extra["fp8_max_model_len"] >= 2 * s.max_model_len_that_fits - 16
+    fp8 = s.extra.fp8_max_model_len
+    assert fp8 is not None and fp8 >= 2 * s.max_model_len_that_fits - 16
     assert any("gpu_memory_utilization not shown" in n for n in s.notes)
 
 
@@ -97,9 +98,9 @@ def test_catalog_only_from_the_gpu_name() -> None:
     s = compute_sizing(Facts(engine="vllm", model="Llama 3 70B", gpu_name="NVIDIA A100-SXM4-80GB",
                              max_model_len=8192))
     assert s.basis == "catalog" and s.is_estimate
-    assert s.extra["weights_exceed_gpu"] is True
-    assert s.extra["suggested_tensor_parallel_size"] == 2
-    assert s.extra["tp_max_model_len"] == 8192
+    assert s.extra.weights_exceed_gpu is True
+    assert s.extra.suggested_tensor_parallel_size == 2
+    assert s.extra.tp_max_model_len == 8192
 
 
 def test_kv_cache_memory_flag_sets_the_pool() -> None:
@@ -116,15 +117,16 @@ def test_what_ifs_quantization_offload_and_batched_tokens() -> None:
                              max_num_batched_tokens=8192, max_model_len=32_768))
     assert s.kv_cache_available_gib == 2.26
     x = s.extra
-    assert x["quantized_weights_gib"] == round(14.99 * 0.5625 / 2, 3)
-    assert x["quantized_max_model_len"] > s.max_model_len_that_fits
-    assert x["suggested_max_num_batched_tokens"] == 4096
-    assert x["activation_saving_gib"] == 1.0
-    assert x["cpu_offload_gb_suggested"] == 2  # 4.00 needed - 2.26 available, +10 %
+    assert x.quantized_weights_gib == round(14.99 * 0.5625 / 2, 3)
+    assert x.quantized_max_model_len is not None and s.max_model_len_that_fits is not None
+    assert x.quantized_max_model_len > s.max_model_len_that_fits
+    assert x.suggested_max_num_batched_tokens == 4096
+    assert x.activation_saving_gib == 1.0
+    assert x.cpu_offload_gb_suggested == 2  # 4.00 needed - 2.26 available, +10 %
     # the most the GPU can give at 0.95 next to the non-KV 17.59 GiB, less vLLM's 150 MiB margin
     room = 22.05 * 0.95 - (19.85 - 2.26) - 150 / 1024
-    assert x["kv_cache_memory_suggested_bytes"] == int(room * 2**30) // 2**20 * 2**20
-    assert x["suggested_max_num_seqs"] == 128  # unknown: below every vLLM default
+    assert x.kv_cache_memory_suggested_bytes == int(room * 2**30) // 2**20 * 2**20
+    assert x.suggested_max_num_seqs == 128  # unknown: below every vLLM default
 
 
 def test_nothing_known_does_not_crash() -> None:

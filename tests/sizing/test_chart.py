@@ -39,14 +39,14 @@ def test_chart_numbers_are_the_diagnosis_numbers(diagnosis: Diagnosis) -> None:
     assert s is not None
     data = chart_data(diagnosis)
     assert data.value("weights") == s.weights_gib
-    assert data.value("activation") == s.extra["activation_gib"]
-    assert data.value("other") == s.extra["non_torch_gib"]
+    assert data.value("activation") == s.extra.activation_gib
+    assert data.value("other") == s.extra.non_torch_gib
     assert data.value("kv_available") == s.kv_cache_available_gib == 3.56
-    assert data.value("cuda_graphs") == s.extra["cuda_graph_gib"]
-    assert data.value("foreign") == s.extra["foreign_processes_gib"] == 1.0
-    assert data.value("headroom") == s.extra["headroom_gib"]
+    assert data.value("cuda_graphs") == s.extra.cuda_graph_gib
+    assert data.value("foreign") == s.extra.foreign_processes_gib == 1.0
+    assert data.value("headroom") == s.extra.headroom_gib
     assert data.kv_needed_gib == s.kv_cache_needed_gib == 4.0
-    assert data.budget_gib == s.budget_gib and data.total_gib == s.extra["gpu_total_gib"]
+    assert data.budget_gib == s.budget_gib and data.total_gib == s.extra.gpu_total_gib
     # the segments add up to the GPU: budget + graphs + other processes + headroom
     assert sum(seg.gib for seg in data.segments) == pytest.approx(22.05, abs=0.01)
 
@@ -58,8 +58,8 @@ def test_chart_from_a_log_only_budget_uses_non_kv() -> None:
 
     d = Diagnosis(kb_version="t", fingerprint=NO_KEY, facts=s_facts, sizing=compute_sizing(s_facts))
     data = chart_data(d)
-    assert d.sizing is not None
-    assert data.value("other") == pytest.approx(d.sizing.extra["non_kv_gib"] - 27.52)
+    assert d.sizing is not None and d.sizing.extra.non_kv_gib is not None
+    assert data.value("other") == pytest.approx(d.sizing.extra.non_kv_gib - 27.52)
 
 
 def test_chart_needs_sizing() -> None:
