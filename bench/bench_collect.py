@@ -42,7 +42,7 @@ from bot.collect import catalog  # noqa: E402
 from bot.collect.inventory import Inventory  # noqa: E402
 from bot.collect.runner import check_hosts  # noqa: E402
 from bot.collect.snapshot import Snapshot  # noqa: E402
-from tests.collect.conftest import Sshd, free_ports, start_sshd  # noqa: E402
+from tests.fixtures.sshd import Sshd, free_ports, start_sshd  # noqa: E402
 
 DELAY_S = 0.025  # each way: a 50 ms round trip
 

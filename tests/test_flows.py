@@ -59,9 +59,12 @@ def test_a_database_outage_spools_and_another_failure_is_one_line(
     assert answer.diagnosis.problems  # the answer was given all the same
     assert list((tmp_path / "spool").glob("*.json"))
 
-    odd = Settings(database_url="mysql://u:hunter2@db/x", spool_dir=tmp_path / "spool2")
+    garbage = tmp_path / "not-a-database"
+    garbage.write_bytes(b"password=hunter2\n" * 512)  # a file that is no SQLite database
+    odd = Settings(database_url=f"sqlite:///{garbage}", spool_dir=tmp_path / "spool2")
     answer = diagnose_and_record(PASTE, ALICE, kb, settings=odd)
     assert isinstance(answer.record, NotStored)
+    assert "not a database" in answer.record.reason
     assert "\n" not in answer.record.reason and "hunter2" not in answer.record.reason
     assert not diagnose_and_record(PASTE, ALICE, kb, store=False, settings=odd).record
 

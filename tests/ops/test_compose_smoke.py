@@ -46,12 +46,12 @@ import pytest
 import yaml
 from sqlalchemy.engine import make_url
 
-from tests.collect.conftest import SSHD, free_ports
+from tests.fixtures.postgres import pg_admin_url
+from tests.fixtures.slack import ALLOWED, SECRET, Endpoint
+from tests.fixtures.sshd import SSHD, free_ports
 from tests.ops.test_deploy import COMPOSE, SERVICES, instructions
-from tests.slack.conftest import ALLOWED, SECRET, Endpoint
 from tests.slack.fakes import BOT_TOKEN, FakeSlack
 from tests.slack.test_http import VLLM_ERROR, all_text, mention
-from tests.store.conftest import pg_admin_url
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.sshd, pytest.mark.slack]
 

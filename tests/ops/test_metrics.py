@@ -21,6 +21,7 @@ from tests.slack.fakes import FakeSlack
 def test_metrics_exposition_format() -> None:
     counter = metrics.Counter("t_total", "A test counter.", ("problem",))
     hist = metrics.Histogram("t_seconds", "A test histogram.", (0.5, 1.0), ("verb",))
+    plain = metrics.Counter("t_plain_total", "An unlabelled test counter.")
     try:
         counter.inc('a"b\nc')
         hist.observe(0.7, "paste")
@@ -29,12 +30,13 @@ def test_metrics_exposition_format() -> None:
     finally:
         metrics.REGISTRY.remove(counter)
         metrics.REGISTRY.remove(hist)
+        metrics.REGISTRY.remove(plain)
     assert '# TYPE t_total counter\nt_total{problem="a\\"b\\nc"} 1\n' in text
     assert ('t_seconds_bucket{verb="paste",le="0.5"} 0\n'
             't_seconds_bucket{verb="paste",le="1"} 1\n'
             't_seconds_bucket{verb="paste",le="+Inf"} 2\n'
             't_seconds_sum{verb="paste"} 3.7\nt_seconds_count{verb="paste"} 2\n') in text
-    assert "inferbot_ssh_errors_total 0" in text  # unlabelled counters start at 0
+    assert "# TYPE t_plain_total counter\nt_plain_total 0\n" in text  # shown before any event
 
 
 @pytest.mark.slow

@@ -72,7 +72,7 @@ def _seed(settings: Settings, n: int = 60) -> None:
         # every 5 hours across a year's end and two months' ends; one event recorded late
         # (spooled), so its id is not in time order
         when = START + timedelta(hours=5 * i) if i != n - 1 else START + timedelta(hours=7)
-        record(d, source="cli", host=d.host, settings=settings, created_at=when)
+        record(d, source="cli", settings=settings, created_at=when)
 
 
 def _with_words(rows: list[Any], words: str) -> list[int]:
@@ -125,7 +125,7 @@ def test_a_word_that_spells_a_facet_matches_no_filter(settings: Settings) -> Non
     host whose token it spells does not see it."""
     token = store_search.facet_token("host", "gpu-9", "sqlite")
     d = make_diagnosis(f"ValueError: {token} and hostx{'0' * 32}", host="gpu-1")
-    record(d, source="cli", host="gpu-1", settings=settings)
+    record(d, source="cli", settings=settings)
     assert len(history(search=token, settings=settings)) == 1
     assert history(search="ValueError", host="gpu-9", settings=settings) == []
 
@@ -136,7 +136,7 @@ def test_a_store_at_the_previous_revision_is_searchable_by_filter_after_upgrade(
     migrate(engine, "0002")
     for i, host in enumerate(["gpu-1", "gpu-2", "gpu-1"]):
         d = make_diagnosis(f"{LINES[0]} (old {i})", host=host)
-        _write_event(engine, build_entry(d, source="cli", host=host, user=None, channel=None,
+        _write_event(engine, build_entry(d, source="cli", user=None, channel=None,
                                          thread=None, excerpt=d.excerpt,
                                          created_at=START + timedelta(days=i)))
     dispose_engines()
