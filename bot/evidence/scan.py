@@ -14,8 +14,9 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import BinaryIO, Protocol
 
-from ahocorasick_rs import BytesAhoCorasick, Implementation, MatchKind
+from ahocorasick_rs import BytesAhoCorasick, Implementation
 
+from bot.evidence.automata import automaton
 from bot.evidence.base import FactSink, Line
 from bot.evidence.text import MAX_LINE_CHARS, normalize_line
 
@@ -67,17 +68,12 @@ class Scanner:
     """Feeds `consumers` from a byte stream. Reusable: build once per KB, call `scan` per input."""
 
     def __init__(self, consumers: Sequence[Consumer], large: bool = True) -> None:
-        """`large`: the input may be a whole log. Its automaton (a DFA) takes ~8 ms to build
-        and scans hundreds of MB/s; a paste is read faster with one that builds in ~1 ms."""
+        """`large`: the input may be a whole log. Its automaton (a DFA) takes tens of ms to
+        build and scans hundreds of MB/s; a paste is read faster with one that builds in ~2 ms."""
         self.consumers = list(consumers)
-        self._exact = _Needles([c.anchors for c in self.consumers],
-                               Implementation.DFA if large else Implementation.ContiguousNFA)
-        # Anchors of case-insensitive signatures are searched in a lower-cased copy of the
-        # chunk (ASCII lower-casing keeps every byte offset, so lines line up).
-        folded = [folded_anchors(c) for c in self.consumers]
-        # few needles, on short texts: an automaton that builds fast beats the DFA here
-        self._folded = (_Needles(folded, Implementation.ContiguousNFA) if any(folded)
-                        else None)
+        self._anchors = _Anchors([c.anchors for c in self.consumers],
+                                 [folded_anchors(c) for c in self.consumers],
+                                 Implementation.DFA if large else Implementation.ContiguousNFA)
         self._follow = [c.follow for c in self.consumers]
 
     def scan(self, stream: BinaryIO | bytes | str, sink: FactSink, limit: int | None = None
@@ -106,9 +102,7 @@ class Scanner:
         # 1. every line with an anchor -> which consumers want it, and where each one's anchor
         #    is (an over-long line is seen through a window around that position)
         starts: dict[int, dict[int, int]] = {}
-        self._exact.lines(chunk, chunk, starts)
-        if self._folded is not None:
-            self._folded.lines(chunk.lower(), chunk, starts)
+        self._anchors.lines(chunk, starts)
         # 2. lines owed to consumers that asked to follow an anchor line (tables)
         extra: set[int] = set()
         for ls, wanted_by in starts.items():
@@ -158,43 +152,70 @@ class Scanner:
         return line_no
 
 
-class _Needles:
-    """Anchors of several consumers, searched together.
+class _Anchors:
+    """Every consumer's anchors, searched together.
 
-    One automaton finds candidate lines in a single pass over the chunk (a DFA with
-    leftmost-longest matching takes the fast, prefiltered path); a second, overlapping one
-    lists every anchor in each candidate line, so each consumer gets exactly the lines that
-    contain its own anchors.
+    One pass over the lower-cased chunk finds the lines that may hold one (an exact anchor,
+    lower-cased, or a case-insensitive one: ASCII lower-casing keeps every byte offset, so
+    lines line up); each such line is then searched for the exact anchors in its own casing
+    and the case-insensitive ones in lower case, so each consumer gets exactly the lines that
+    hold its own anchors. One pass instead of two halves the cost of a sparse log.
     """
 
-    def __init__(self, anchors_of: Sequence[Sequence[str]],
-                 implementation: Implementation = Implementation.DFA) -> None:
-        wanted_by: dict[bytes, set[int]] = {}
-        for idx, anchors in enumerate(anchors_of):
-            for text in anchors:
-                wanted_by.setdefault(text.encode(), set()).add(idx)
-        needles = sorted(wanted_by)
-        self._consumers_of = [tuple(sorted(wanted_by[n])) for n in needles]
-        self._find = BytesAhoCorasick(needles, matchkind=MatchKind.LeftmostLongest,
-                                      implementation=implementation)
-        self._all = BytesAhoCorasick(needles)
+    def __init__(self, exact_of: Sequence[Sequence[str]], folded_of: Sequence[Sequence[str]],
+                 implementation: Implementation) -> None:
+        self._exact = _Owned(exact_of)
+        self._folded = _Owned(folded_of) if any(folded_of) else None
+        lowered = {n.lower() for n in self._exact.needles}
+        if self._folded is not None:
+            lowered.update(self._folded.needles)
+        self._find = automaton(tuple(sorted(lowered)), implementation == Implementation.DFA)
 
-    def lines(self, haystack: bytes, chunk: bytes, starts: dict[int, dict[int, int]]) -> None:
-        """For each line of `chunk` whose text in `haystack` (the chunk, or its lower-cased
-        copy) holds an anchor: the consumers that want it, and where each one's anchor is."""
+    def lines(self, text: bytes, starts: dict[int, dict[int, int]]) -> None:
+        """For each line of `text` that holds an anchor: the consumers that want it, and where
+        each one's anchor is."""
+        lowered = text.lower()
         line_end = -1
-        for _, start, _ in self._find.find_matches_as_indexes(haystack):
+        for _, start, _ in self._find.find_matches_as_indexes(lowered):
             if start < line_end:
                 continue  # this line is done
-            ls = chunk.rfind(b"\n", 0, start) + 1
-            line_end = chunk.find(b"\n", start)
+            ls = text.rfind(b"\n", 0, start) + 1
+            line_end = text.find(b"\n", start)
             if line_end == -1:
-                line_end = len(chunk)
-            positions = starts.setdefault(ls, {})
-            for idx, at, _ in self._all.find_matches_as_indexes(haystack[ls:line_end],
-                                                                 overlapping=True):
-                for i in self._consumers_of[idx]:
-                    positions.setdefault(i, ls + at)
+                line_end = len(text)
+            found = self.line(text[ls:line_end], lowered[ls:line_end])
+            if found:
+                positions = starts.setdefault(ls, {})
+                for i, pos in found.items():
+                    positions.setdefault(i, ls + pos)
+
+    def line(self, text: bytes, lowered: bytes | None = None) -> dict[int, int]:
+        """The consumers whose anchors `text` (one line) holds, and where the first one is."""
+        positions = self._exact.find(text)
+        if self._folded is not None:
+            for i, at in self._folded.find(text.lower() if lowered is None else lowered).items():
+                positions.setdefault(i, at)
+        return positions
+
+
+class _Owned:
+    """Anchors and the consumers that own them, to list those one line holds."""
+
+    def __init__(self, anchors_of: Sequence[Sequence[str]]) -> None:
+        owners: dict[bytes, set[int]] = {}
+        for idx, anchors in enumerate(anchors_of):
+            for text in anchors:
+                owners.setdefault(text.encode(), set()).add(idx)
+        self.needles = tuple(sorted(owners))
+        self._owners = [tuple(sorted(owners[n])) for n in self.needles]
+        self._all = BytesAhoCorasick(list(self.needles))
+
+    def find(self, text: bytes) -> dict[int, int]:
+        positions: dict[int, int] = {}
+        for idx, at, _ in self._all.find_matches_as_indexes(text, overlapping=True):
+            for i in self._owners[idx]:
+                positions.setdefault(i, at)
+        return positions
 
 
 def _line_starts(chunk: bytes, start: int, count: int) -> Iterator[int]:
