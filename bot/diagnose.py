@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 import io
+from collections.abc import Sequence
 from typing import Any, BinaryIO
 
 from bot.evidence import EXTRACTORS
 from bot.evidence.base import FactSink
+from bot.evidence.families import FAMILIES, Family
 from bot.evidence.paste import MAX_PASTE_BYTES, Unwrapped, unwrap
 from bot.evidence.redact import redact
 from bot.evidence.scan import SNIFF, Scanner, looks_binary
@@ -48,14 +50,18 @@ def compiled_kb(kb: KB) -> CompiledKB:
     return compiled
 
 
-def diagnose(evidence: Evidence, kb: KB, stream: BinaryIO | None = None) -> Diagnosis:
+def diagnose(evidence: Evidence, kb: KB, stream: BinaryIO | None = None, *,
+             families: Sequence[Family] = FAMILIES) -> Diagnosis:
     """Diagnose `evidence`. A file is passed as `stream`: up to MAX_PASTE_BYTES it is read as a
-    paste, beyond that it is scanned in bounded chunks; otherwise `evidence.text` is read."""
+    paste, beyond that it is scanned in bounded chunks; otherwise `evidence.text` is read.
+    `families`: the repeated line shapes the scan folds; () reads every line one by one, the
+    reading folding must equal."""
     sink = FactSink()
     compiled = compiled_kb(kb)
     matcher = Matcher(compiled)
     source, paste = _input(evidence.text, stream, compiled.vocabulary)
-    scanner = Scanner([*(cls() for cls in EXTRACTORS), matcher], large=paste is None)
+    scanner = Scanner([*(cls() for cls in EXTRACTORS), matcher], large=paste is None,
+                      families=families)
     stats = scanner.scan(source if paste is None else paste.text, sink)
     if paste is not None:
         # counted on the paste as sent, not on its rebuilt lines

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import ClassVar
 
-from bot.evidence.base import FactSink, Line
+from bot.evidence.base import FactSink, Fold, Line, Probe
 from bot.evidence.paste import is_prose
 from bot.lazyre import lazy
 
@@ -101,8 +101,16 @@ class MentionsExtractor:
                 if q and sink.get("quantization") is None:
                     sink.set_default("quantization", q.group("q").lower(), line.no)
 
+    def fold(self) -> Fold:
+        """Every reading here fills a fact only if unset: the first line each would act on."""
+        return _FOLD
+
     def finish(self, sink: FactSink) -> None:
         """Nothing spans lines."""
+
+
+def _short(match: re.Match[str]) -> bool:
+    return len(match.string) <= _MAX_PROSE
 
 
 def _plausible_gpu(m: re.Match[str]) -> bool:
@@ -126,3 +134,15 @@ def _model(text: str) -> str | None:
         if sized:
             return sized.group(1).strip(" -")
     return None
+
+
+# The person's statement of a utilization (_UTIL) is read in prose only: not from a family's
+# lines, which never are.
+_PROBES = (
+    Probe(_GPU, lambda m: _short(m) and _plausible_gpu(m), last=0),
+    Probe(_LOOSE_GPU, _short, last=0),
+    Probe(_COUNT, _short, last=0),
+    *(Probe(p, lambda m: _short(m) and _model(m.string) is not None, last=0)
+      for p in (_REPO, _FAMILY)),
+)
+_FOLD = Fold(gates=tuple((a, p) for a in MentionsExtractor.anchors for p in _PROBES))

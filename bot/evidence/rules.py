@@ -8,10 +8,10 @@ keywords double as the extractor's scanner anchors.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from bot.evidence.base import FactSink, Line
+from bot.evidence.base import FactSink, Fold, Line, Probe
 from bot.evidence.units import convert, put
 from bot.lazyre import LazyPattern, lazy
 
@@ -49,6 +49,18 @@ class Rules:
     @property
     def keywords(self) -> tuple[str, ...]:
         return tuple(k for k, _ in self._groups)
+
+    def fold(self, keys: Sequence[str] = (),
+             gated: Sequence[tuple[Sequence[str], LazyPattern]] = ()) -> Fold:
+        """How an extractor that reads a line with these rules folds (bot.evidence.base.Fold):
+        each rule is gated by its keyword (the first and the latest match set facts; a peak,
+        its highest). `keys`: the extractor's other literals whose presence changes its reading
+        the same way on every line holding one (markers, engine names); `gated`: its other
+        patterns, each run only where one of its literals is."""
+        gates = [(r.keyword, Probe(r.pattern, peak=r.peak)) for r in self.rules]
+        gates += [(k, probe) for literals, pattern in gated
+                  for probe in (Probe(pattern),) for k in literals]
+        return Fold(gates=tuple(gates), keys=tuple(keys))
 
     def apply(self, line: Line, sink: FactSink) -> bool:
         """Run every rule whose keyword is in the line; True if any matched."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from bot.evidence.base import FactSink, Line
+from bot.evidence.base import FactSink, Fold, Line
 from bot.evidence.rules import Rules, rule
 from bot.evidence.units import num
 
@@ -27,6 +27,9 @@ _MARKERS = ("sglang", "SGLang", "Not enough memory. Please try to increase --mem
 _HINTS = ("mem-fraction-static", "mem_fraction_static")
 
 
+_FOLD = _RULES.fold(keys=(*_MARKERS, *_HINTS))
+
+
 class SglangExtractor:
     name: ClassVar[str] = "sglang"
     anchors: ClassVar[tuple[str, ...]] = (*_RULES.keywords, *_MARKERS, *_HINTS)
@@ -38,6 +41,10 @@ class SglangExtractor:
             sink.set("engine", "sglang", line.no)
         elif any(h in text for h in _HINTS):
             sink.set_default("engine", "sglang", line.no)
+
+    def fold(self) -> Fold:
+        """Rules, and engine names whose effect is the same on every line holding them."""
+        return _FOLD
 
     def finish(self, sink: FactSink) -> None:
         """Nothing spans lines."""

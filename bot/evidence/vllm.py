@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from bot.evidence.base import FactSink, Line
+from bot.evidence.base import FactSink, Fold, Line
 from bot.evidence.rules import Rules, rule
 from bot.evidence.units import NUM, num
 from bot.lazyre import lazy
@@ -147,6 +147,12 @@ _STRONG_ENGINE_KEYS = ("vllm serve", "vllm.entrypoints", "LLM engine (v", "vllm/
 _ENGINE_KEYS = ("vLLM", "vllm serve", "vllm.entrypoints", "VLLM::", "/vllm/", "vllm/vllm-openai")
 
 
+# Rules, and substring tests whose effect is the same on every line holding them.
+_FOLD = _RULES.fold(
+    keys=(*_STRONG_ENGINE_KEYS, *_ENGINE_KEYS, *_V1_MARKERS, *_V0_MARKERS, *_FORCE_V0),
+    gated=((_VERSION_KEYS, _VERSION), (("Current capability",), _CAPABILITY)))
+
+
 class VllmExtractor:
     name: ClassVar[str] = "vllm"
     # One anchor per line format (the rules' keywords are checked within the offered line): the
@@ -193,6 +199,9 @@ class VllmExtractor:
         self._v1 = self._v1 or any(k in text for k in _V1_MARKERS)
         self._v0 = self._v0 or any(k in text for k in _V0_MARKERS)
         self._force_v0 = self._force_v0 or any(k in text for k in _FORCE_V0)
+
+    def fold(self) -> Fold:
+        return _FOLD
 
     def finish(self, sink: FactSink) -> None:
         if self._force_v0:

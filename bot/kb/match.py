@@ -19,14 +19,15 @@ import re
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import NamedTuple
 
 from ahocorasick_rs import AhoCorasick
 
-from bot.evidence.base import FactSink, Line
+from bot.evidence.base import FactSink, Fold, Line, Probe
 from bot.evidence.paste import is_prose
 from bot.kb.loader import KB
-from bot.kb.phase import PhaseMarkers, PhaseTracker
+from bot.kb.phase import TRACEBACK, PhaseMarkers, PhaseTracker
 from bot.kb.schema import Signature
 from bot.lazyre import LazyPattern
 from bot.schema import ProblemMatch
@@ -159,6 +160,52 @@ class CompiledKB:
             self._vocabulary = frozenset(words_of(" ".join(texts)))
         return self._vocabulary
 
+    @cached_property
+    def fold(self) -> Fold:
+        """How the matcher reads a program's line (bot.evidence.base.Fold; a family's line is
+        never a person's, so prose signatures and phrases do not apply). A signature's anchor
+        gates its regex: the first line it matches and the latest MAX_EVIDENCE - 1 are the
+        evidence kept (a cause's: the first and the latest); a context's latest line is what
+        the lines after it read. A milestone leaves its phase. A frame, a marker that needs
+        further text, and a signature bound to a phase, kept as a fallback or read in a context
+        make a line's reading depend on the lines around it: such a line is read whole."""
+        gates: list[tuple[str, Probe]] = []
+        whole: list[str] = [TRACEBACK]
+        any_case: list[str] = []
+        for cs in self.signatures:
+            if cs.sig.kind == "prose":
+                continue
+            if cs.sig.ignore_case:
+                any_case += cs.anchors  # found in the lower-cased line
+                continue
+            if cs.sig.phases or cs.sig.fallback or cs.sig.context:
+                whole += cs.anchors
+                continue
+            probe = Probe(cs.regex, _AnyOf(cs.with_any) if cs.with_any else None, first=1,
+                          last=1 if cs.of_cause else MAX_EVIDENCE - 1)
+            gates += [(a, probe) for a in cs.anchors]
+        for i, (pattern, anchors) in enumerate(self.contexts):
+            probe = Probe(pattern, first=0, last=1)
+            gates += [(a, probe) for a in anchors if i in self.ctx_by_anchor.get(a, ())]
+        marks: list[tuple[str, int]] = []
+        for literal, markers in self.phases.by_literal.items():
+            if any(m.frame or m.also for m in markers):
+                whole.append(literal)
+            else:
+                marks += [(literal, m.rank) for m in markers]
+        return Fold(gates=tuple(gates), whole=tuple(dict.fromkeys(whole)),
+                    whole_any_case=tuple(dict.fromkeys(any_case)), marks=tuple(marks))
+
+
+@dataclass(frozen=True)
+class _AnyOf:
+    """A signature's `with_any`: one of these must match the line too."""
+
+    patterns: tuple[LazyPattern, ...]
+
+    def __call__(self, match: re.Match[str]) -> bool:
+        return any(p.search(match.string) for p in self.patterns)
+
 
 class Matcher:
     """A scanner consumer: records which signatures matched which lines."""
@@ -257,6 +304,9 @@ class Matcher:
                 self._deferred.append((line, waiting))
             offered = [cs for cs in offered if not (cs.sig.phases or cs.sig.fallback)]
         self._match(offered, line, phase)
+
+    def fold(self) -> Fold:
+        return self.compiled.fold
 
     def _match(self, offered: list[CompiledSignature], line: Line, phase: str | None) -> None:
         matched = [cs for cs in offered if self._applies(cs, line.text, line.no, phase)]
