@@ -1,18 +1,25 @@
-"""Scan speed and memory on a large vLLM log, against grep in the same run.
+"""Scan speed and memory on a busy server's log, against grep in the same run.
 
-Generates a log from real vLLM line shapes (request chatter, periodic metrics, the start-up
-memory lines, and the fatal error near the end), then measures:
-  - inferbot's whole diagnosis of the file (in-process, stream read in chunks): MB/s;
-  - `grep -E -c -f` with the KB's signatures translated to ERE, on the same file;
-  - peak RSS of `inferbot diagnose --no-store` on the file and on a quarter of it (flat?);
-  - the slowest KB pattern on 1 MB adversarial input.
-Usage: python bench/bench_scan.py [--mb 200]
+For each density (the share of lines that carry an anchor: metrics, request, access,
+preemption and engine-loop lines; tests/evidence/serverlog.py) a log is generated, then:
+  - `inferbot diagnose FILE --no-store`, the whole process as a user runs it: MB/s, and its
+    peak resident memory (the child's own, from wait4);
+  - `grep -E -c -f` with the KB's anchors (every literal a signature, context or phase
+    marker is found by), on the same file: MB/s;
+  - the ratio of the two times.
+Each is the median of `--repeat` runs, interleaved so that load on the machine hits both.
+`--gb N` also reads an N GB log at 50 % for the peak memory of a large input.
+Also: the slowest KB pattern on 1 MB of adversarial input.
+
+Usage: python bench/bench_scan.py [--mb 200] [--repeat 3] [--gb 1]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -22,111 +29,63 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bot.diagnose import diagnose  # noqa: E402
 from bot.kb.loader import load_kb  # noqa: E402
 from bot.kb.match import CompiledKB  # noqa: E402
-from bot.schema import Evidence  # noqa: E402
+from tests.evidence import serverlog  # noqa: E402
 
-CHATTER = [
-    "INFO 11-18 18:{m:02d}:{s:02d} [logger.py:43] Received request chatcmpl-{i:032x}: "
-    "prompt: 'Summarise the following document in three sentences.', params: "
-    "SamplingParams(n=1, temperature=0.7, top_p=1.0, max_tokens=512), prompt_token_ids: None",
-    "INFO:     10.0.{a}.{b}:5{i:04d} - \"POST /v1/chat/completions HTTP/1.1\" 200 OK",
-    "INFO 11-18 18:{m:02d}:{s:02d} [async_llm.py:261] Added request chatcmpl-{i:032x}.",
-    "INFO 11-18 18:{m:02d}:{s:02d} [loggers.py:118] Engine 000: Avg prompt throughput: "
-    "1843.2 tokens/s, Avg generation throughput: 912.4 tokens/s, Running: 37 reqs, "
-    "Waiting: 0 reqs, GPU KV cache usage: 41.3%, Prefix cache hit rate: 12.5%",
-    "DEBUG 11-18 18:{m:02d}:{s:02d} [core.py:412] EngineCore loop active.",
-]
-TAIL = (ROOT / "examples" / "vllm-max-model-len.log").read_text()
+DENSITIES = (0.003, 0.05, 0.2, 0.5)
+# targets (issue 14): ratio to grep at each density; at least 150 MB/s at 20 %
+TARGETS = {0.003: 2.0, 0.05: None, 0.2: 5.0, 0.5: 8.0}
 
 
-# vLLM logs a metrics line every VLLM_LOG_STATS_INTERVAL (10 s) and several lines per request;
-# at ~10 requests/s that is one metrics line in ~300. The other shapes take turns.
-METRICS_EVERY = 300
-METRICS = 3
+def run(cmd: list[str]) -> tuple[float, float, str]:
+    """Wall seconds, peak RSS in MB (the child's alone) and stdout of one run."""
+    t0 = time.perf_counter()
+    with tempfile.TemporaryFile() as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.DEVNULL)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t0
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        text = out.read().decode(errors="replace")
+    if proc.returncode not in (0, 1):  # grep -c exits 1 when nothing matched
+        raise SystemExit(f"{cmd[0]} failed with {proc.returncode}")
+    return wall, usage.ru_maxrss / 1024, text
 
 
-def generate(path: Path, mb: int) -> None:
-    target = mb << 20
-    written = 0
-    i = 0
-    others = [k for k in range(len(CHATTER)) if k != METRICS]
-    with path.open("w") as fh:
-        while written < target - len(TAIL):
-            shape = METRICS if i % METRICS_EVERY == 0 else others[i % len(others)]
-            line = CHATTER[shape].format(m=(i // 60) % 60, s=i % 60, i=i,
-                                         a=i % 250, b=(i // 250) % 250) + "\n"
-            fh.write(line)
-            written += len(line)
-            i += 1
-        fh.write(TAIL)
+def ours(path: Path) -> list[str]:
+    script = Path(sys.executable).with_name("inferbot")  # the console script users run
+    entry = [str(script)] if script.exists() else [sys.executable, "-m", "bot.cli"]
+    return [*entry, "diagnose", str(path), "--no-store"]
 
 
-def to_ere(pattern: str) -> str | None:
-    """Python regex -> POSIX ERE for grep -E, or None where ERE has no equivalent."""
-    if "(?=" in pattern or "(?!" in pattern or "(?<" in pattern:
-        return None
-    out = pattern.replace("(?:", "(").replace(r"\d", "[0-9]").replace(r"\s", "[[:space:]]")
-    out = out.replace(r"\S", "[^[:space:]]").replace(r"\w", "[[:alnum:]_]")
-    return out
+def anchors_file(folder: Path) -> Path:
+    """The KB's anchors as grep -E patterns, one a line."""
+    compiled = CompiledKB(load_kb())
+    path = folder / "anchors.txt"
+    path.write_text("\n".join(re.sub(r"([.\[\]()*+?{}|^$\\])", r"\\\1", a)
+                              for a in compiled.anchors) + "\n")
+    return path
 
 
-def time_it(fn: object, repeat: int = 3) -> float:
-    best = float("inf")
+def measure(path: Path, patterns: Path, repeat: int) -> dict[str, float]:
+    run(ours(path))  # the KB cache and the page cache, as every run after the first finds
+    mine, theirs, rss = [], [], []
     for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()  # type: ignore[operator]
-        best = min(best, time.perf_counter() - t0)
-    return best
+        wall, peak, out = run(ours(path))
+        if "max-model-len" not in out and "max seq len" not in out:
+            raise SystemExit(f"the fatal error was not found in {path}:\n{out[:500]}")
+        mine.append(wall)
+        rss.append(peak)
+        theirs.append(run(["grep", "-E", "-c", "-f", str(patterns), str(path)])[0])
+    mb = path.stat().st_size / (1 << 20)
+    t_ours, t_grep = statistics.median(mine), statistics.median(theirs)
+    return {"mb": mb, "ours": mb / t_ours, "grep": mb / t_grep, "ratio": t_ours / t_grep,
+            "rss": max(rss)}
 
 
-PEAK_RSS = """
-import contextlib, io, sys
-from bot.cli import main
-with contextlib.redirect_stdout(io.StringIO()):
-    main(sys.argv[1:])
-# VmHWM is the peak of this process image (reset at exec); ru_maxrss would carry the
-# parent's peak across fork+exec
-print(next(l.split()[1] for l in open("/proc/self/status") if l.startswith("VmHWM")))
-"""
-
-
-def peak_rss_mb(path: Path) -> float:
-    out = subprocess.run([sys.executable, "-c", PEAK_RSS, "diagnose", str(path), "--no-store"],
-                         capture_output=True, text=True, check=True,
-                         env={**os.environ, "PYTHONPATH": str(ROOT)}).stdout
-    return int(out.strip().splitlines()[-1]) / 1024
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--mb", type=int, default=200)
-    args = ap.parse_args()
-    kb = load_kb()
-    compiled = CompiledKB(kb)
-    with tempfile.TemporaryDirectory() as tmp:
-        log = Path(tmp) / "vllm.log"
-        small = Path(tmp) / "vllm-small.log"
-        generate(log, args.mb)
-        generate(small, max(1, args.mb // 4))
-        size = log.stat().st_size
-        log.read_bytes()  # warm the page cache for both readers
-
-        def ours() -> None:
-            with log.open("rb") as fh:
-                d = diagnose(Evidence(), kb, fh)
-            assert d.problems and d.problems[0].id == "max-model-len-exceeds-kv-cache"
-
-        t_ours = time_it(ours)
-        patterns = [to_ere(cs.sig.pattern) for cs in compiled.signatures]
-        ere = [p for p in patterns if p]
-        pat_file = Path(tmp) / "patterns.txt"
-        pat_file.write_text("\n".join(ere) + "\n")
-        t_grep = time_it(lambda: subprocess.run(["grep", "-E", "-c", "-f", str(pat_file),
-                                                 str(log)], capture_output=True, check=False))
-        rss_big, rss_small = peak_rss_mb(log), peak_rss_mb(small)
-
+def slowest_pattern() -> tuple[str, float]:
+    compiled = CompiledKB(load_kb())
     slowest = ("", 0.0)
     for cs in compiled.signatures:
         cs.regex.search("")  # compile outside the timed search
@@ -138,17 +97,40 @@ def main() -> None:
             dt = time.perf_counter() - t0
             if dt > slowest[1]:
                 slowest = (cs.sig.id, dt)
+    return slowest
 
-    mbs = size / (1 << 20)
-    print(f"log: {mbs:.0f} MB, {len(compiled.signatures)} signatures "
-          f"({len(ere)} translated to ERE for grep)")
-    print(f"inferbot diagnose: {t_ours:.2f} s = {mbs / t_ours:.0f} MB/s")
-    print(f"grep -E -c -f:     {t_grep:.2f} s = {mbs / t_grep:.0f} MB/s")
-    print(f"ratio inferbot/grep: {t_ours / t_grep:.2f}x (target <= 5x, >= 150 MB/s)")
-    print(f"peak RSS: {rss_big:.0f} MB on {mbs:.0f} MB, {rss_small:.0f} MB on "
-          f"{mbs / 4:.0f} MB (target < 200 MB, flat)")
-    print(f"slowest pattern on 1 MB adversarial input: {slowest[0]} {slowest[1] * 1000:.1f} ms")
 
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--mb", type=int, default=200, help="size of each generated log")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--gb", type=float, default=0, help="also read a log this large (GB)")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        patterns = anchors_file(folder)
+        print(f"{args.mb} MB per log, median of {args.repeat} runs; grep -E -c -f over "
+              f"{len(patterns.read_text().splitlines())} KB anchors; whole processes")
+        print(f"{'density':>8} {'inferbot MB/s':>14} {'grep MB/s':>10} {'ratio':>7} "
+              f"{'target':>7} {'peak RSS MB':>12}")
+        for density in DENSITIES:
+            path = folder / f"log-{density}.log"
+            with path.open("w") as out:
+                serverlog.write(out, args.mb << 20, density)
+            r = measure(path, patterns, args.repeat)
+            path.unlink()
+            target = TARGETS[density]
+            print(f"{density:8.1%} {r['ours']:14.0f} {r['grep']:10.0f} {r['ratio']:6.2f}x "
+                  f"{'' if target is None else f'<={target:.0f}x':>7} {r['rss']:12.0f}")
+        if args.gb:
+            path = folder / "big.log"
+            with path.open("w") as out:
+                serverlog.write(out, int(args.gb * (1 << 30)), 0.5)
+            r = measure(path, patterns, 1)
+            print(f"{r['mb'] / 1024:.1f} GB at 50 %: {r['ours']:.0f} MB/s, grep {r['grep']:.0f} "
+                  f"MB/s, peak RSS {r['rss']:.0f} MB (target < 100 MB)")
+    sid, dt = slowest_pattern()
+    print(f"slowest pattern on 1 MB adversarial input: {sid} {dt * 1000:.1f} ms")
 
 
 if __name__ == "__main__":
