@@ -60,10 +60,21 @@ class Family:
     @cached_property
     def regex(self) -> re.Pattern[bytes]:
         """The whole line (bytes, as the scanner reads it); compiled on first use."""
-        literals, kinds = self._parts
+        return re.compile(self._pattern(self._parts[1]).encode())
+
+    @cached_property
+    def head(self) -> re.Pattern[bytes]:
+        """What must match at the start of a line of the family: the whole line, but a
+        trailing free text (which is anything up to the line's end) is left unread."""
+        kinds = self._parts[1]
+        if kinds and kinds[-1] == "text" and not self._parts[0][-1]:
+            return re.compile(self._pattern(kinds[:-1]).encode())
+        return re.compile(self._pattern(kinds).encode() + rb"\Z")
+
+    def _pattern(self, kinds: list[str]) -> str:
+        literals = self._parts[0][:len(kinds) + 1]
         fields = [FIELDS[k] for k in kinds] + [""]
-        return re.compile("".join(re.escape(lit) + f for lit, f in zip(literals, fields,
-                                                                       strict=True)).encode())
+        return "".join(re.escape(lit) + f for lit, f in zip(literals, fields, strict=True))
 
     @property
     def constant(self) -> str:

@@ -30,7 +30,8 @@ import re
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
-from itertools import accumulate, chain, pairwise, repeat
+from itertools import accumulate, chain, compress, pairwise, repeat
+from operator import add, itemgetter, not_, sub
 from typing import Any, NamedTuple, Protocol
 
 from ahocorasick_rs import BytesAhoCorasick, Implementation, MatchKind
@@ -47,6 +48,7 @@ from bot.evidence.units import convert
 # single-byte needles would slow fivefold).
 _RAW_BYTES = (b"\r", b"\x1b", b"&")
 _RAW = (b"[0m", b"```")
+_FIRST, _SECOND = itemgetter(0), itemgetter(1)
 # After this much of a family's text, its literals are worth a DFA (~10 ms to build).
 _DFA_AFTER = 4 << 20
 
@@ -157,8 +159,8 @@ class Folder:
         hits = sorted(self._keys.find_matches_as_indexes(chunk))  # by key, then position
         if not hits:
             return None
-        keys = [idx for idx, _, _ in hits]
-        raw = [at for _, at, _ in hits[bisect_left(keys, self._raw):]]
+        keys = list(map(_FIRST, hits))
+        raw = list(map(_SECOND, hits[bisect_left(keys, self._raw):]))
         raw_bytes = [b for b in _RAW_BYTES if b in chunk]
         n = len(chunk)
         starts: list[list[int]] = [[] for _ in self.families]
@@ -167,19 +169,22 @@ class Folder:
             lo, hi = bisect_left(keys, key), bisect_left(keys, key + 1)
             if lo == hi:
                 continue
-            at = [a for _, a, _ in hits[lo:hi]]
-            ls = [x + 1 for x in map(chunk.rfind, repeat(b"\n"), repeat(0), at)]
-            le = [n if x == -1 else x for x in map(chunk.find, repeat(b"\n"), at)]
-            todo = [k for k, (a, b) in enumerate(zip(ls, le, strict=True))
-                    if b - a <= MAX_LINE_CHARS]
-            if raw or raw_bytes:
-                todo = [k for k in todo if not _raw_in(chunk, ls[k], le[k], raw, raw_bytes)]
+            at = list(map(_SECOND, hits[lo:hi]))
+            ls = list(map(add, map(chunk.rfind, repeat(b"\n"), repeat(0), at), repeat(1)))
+            le = list(map(chunk.find, repeat(b"\n"), at))
+            if le[-1] == -1:
+                le[-1] = n  # the chunk's last line, without its newline
+            if max(map(sub, le, ls)) > MAX_LINE_CHARS or raw or raw_bytes:
+                keep = [b - a <= MAX_LINE_CHARS and not _raw_in(chunk, a, b, raw, raw_bytes)
+                        for a, b in zip(ls, le, strict=True)]
+                ls, le = list(compress(ls, keep)), list(compress(le, keep))
             for fi in fis:
-                verdicts = list(map(self.families[fi].regex.fullmatch, repeat(chunk),
-                                    [ls[k] for k in todo], [le[k] for k in todo]))
-                starts[fi] += [ls[k] for k, m in zip(todo, verdicts, strict=True) if m]
-                ends[fi] += [le[k] for k, m in zip(todo, verdicts, strict=True) if m]
-                todo = [k for k, m in zip(todo, verdicts, strict=True) if not m]
+                verdicts = list(map(self.families[fi].head.match, repeat(chunk), ls, le))
+                starts[fi] += compress(ls, verdicts)
+                ends[fi] += compress(le, verdicts)
+                if len(fis) > 1:
+                    left = list(map(not_, verdicts))
+                    ls, le = list(compress(ls, left)), list(compress(le, left))
         total = sum(map(len, starts))
         if not total:
             return None
@@ -188,8 +193,8 @@ class Folder:
         ordered = sorted(zip(chain.from_iterable(starts), chain.from_iterable(ends),
                              strict=True))
         # the rest: every piece of the chunk between two family lines (and their newlines)
-        begins = [0, *(e + 1 for _, e in ordered)]
-        pieces = list(map(chunk.__getitem__, map(slice, begins, [*(x for x, _ in ordered), n])))
+        begins = [0, *map(add, map(_SECOND, ordered), repeat(1))]
+        pieces = list(map(chunk.__getitem__, map(slice, begins, [*map(_FIRST, ordered), n])))
         rest_at = list(accumulate(map(len, pieces), initial=0))[:-1]
         return Found(starts, ends, b"".join(pieces), rest_at, begins)
 

@@ -15,8 +15,10 @@ offered: the line-by-line reading folding is tested against.
 
 from __future__ import annotations
 
+import gc
 import io
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import BinaryIO, Protocol
 
@@ -98,12 +100,13 @@ class Scanner:
         follow_left = [0] * len(self.consumers)
         line_no = 1
         last = b"\n"
-        for chunk in _chunks(stream, limit):
-            if not stats.bytes:
-                stats.binary = looks_binary(chunk[:SNIFF])
-            stats.bytes += len(chunk)
-            last = chunk[-1:]
-            line_no = self._scan_chunk(chunk, line_no, sink, follow_left, stats)
+        with _no_cycle_collection():
+            for chunk in _chunks(stream, limit):
+                if not stats.bytes:
+                    stats.binary = looks_binary(chunk[:SNIFF])
+                stats.bytes += len(chunk)
+                last = chunk[-1:]
+                line_no = self._scan_chunk(chunk, line_no, sink, follow_left, stats)
         stats.lines = line_no - 1 if last == b"\n" else line_no
         for consumer in self.consumers:
             consumer.finish(sink)
@@ -240,6 +243,20 @@ class _Owned:
             for i in self._owners[idx]:
                 positions.setdefault(i, at)
         return positions
+
+
+@contextmanager
+def _no_cycle_collection() -> Iterator[None]:
+    """A chunk's scan holds tens of thousands of tuples, lists and matches at once, none in a
+    cycle (reference counting frees them all); the cyclic collector would walk them, and every
+    other object, each time a few hundred are allocated. It waits until the scan is done."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def _line_starts(chunk: bytes, start: int, count: int) -> Iterator[int]:
