@@ -31,7 +31,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate, chain, compress, pairwise, repeat
-from operator import add, itemgetter, not_, sub
+from operator import add, itemgetter, methodcaller, not_, sub
 from typing import Any, NamedTuple, Protocol
 
 from ahocorasick_rs import BytesAhoCorasick, Implementation, MatchKind
@@ -49,6 +49,7 @@ from bot.evidence.units import convert
 _RAW_BYTES = (b"\r", b"\x1b", b"&")
 _RAW = (b"[0m", b"```")
 _FIRST, _SECOND = itemgetter(0), itemgetter(1)
+_LOWEST = float("-inf")  # a peak group that took no part in a match
 # After this much of a family's text, its literals are worth a DFA (~10 ms to build).
 _DFA_AFTER = 4 << 20
 
@@ -241,7 +242,7 @@ class Folder:
         joined = b"\n".join(lines)
         # one decode for all (an invalid sequence never spans a newline)
         texts = joined.decode("utf-8", "replace").split("\n") if plan.probes else []
-        offsets = list(accumulate((len(x) + 1 for x in lines), initial=0))
+        offsets = list(accumulate(map(add, map(len, lines), repeat(1)), initial=0))
         lowered: list[bytes] = []
         where: dict[int, set[int]] = {}  # probe -> the lines that may hold a match
         for finder, probes_of, lower in plan.prefilters:
@@ -258,10 +259,10 @@ class Folder:
                     where[pi].add(k)
         for pi, probe in enumerate(plan.probes):
             ks: Sequence[int] = sorted(where[pi]) if pi in where else range(len(texts))
-            candidates = [texts[k] for k in ks] if pi in where else texts
-            matches = list(map(probe.pattern.search, candidates))
-            hits = [ks[j] for j, m in enumerate(matches) if m is not None]
-            _pick(probe, hits, [m for m in matches if m is not None], segments, picked)
+            candidates = list(map(texts.__getitem__, ks)) if pi in where else texts
+            matches = list(map(probe.pattern.compiled.search, candidates))
+            _pick(probe, list(compress(ks, matches)), list(filter(None, matches)), segments,
+                  picked)
         if plan.literals is not None:
             self._incidental(plan.literals, lines, _lower(joined, lowered), offsets, texts, fs,
                              segments, selection, picked)
@@ -488,6 +489,12 @@ def _search(probe: Probe, text: str, raw: bytes) -> Any:
     return m if m is not None and (probe.check is None or probe.check(m)) else None
 
 
+def _value(name: str, raw: str | None) -> Any:
+    """A peak group's value as the sink keeps it; _LOWEST where there is none."""
+    value = None if raw is None else convert(name, raw)
+    return _LOWEST if value is None else value
+
+
 def _pick(probe: Probe, hits: list[int], matches: list[Any],
           segments: Sequence[tuple[int, int]], picked: set[int]) -> None:
     """Of the lines `probe` matches (`hits`, ascending, with their `matches`), those each
@@ -500,8 +507,8 @@ def _pick(probe: Probe, hits: list[int], matches: list[Any],
     peaks: list[list[Any]] = []
     if probe.peak:
         for name in probe.pattern.groupindex:
-            peaks.append([None if m.group(name) is None else convert(name, m.group(name))
-                          for m in matches])
+            raw = map(methodcaller("group", name), matches)
+            peaks.append([_value(name, v) for v in raw])
     for a, b in segments:
         lo, hi = bisect_left(hits, a), bisect_left(hits, b)
         if lo == hi:
@@ -509,11 +516,6 @@ def _pick(probe: Probe, hits: list[int], matches: list[Any],
         picked.update(hits[lo:min(hi, lo + probe.first)])
         picked.update(hits[max(lo, hi - probe.last):hi])
         for values in peaks:
-            best: Any = None
-            at = -1
-            for j in range(lo, hi):
-                v = values[j]
-                if v is not None and (best is None or v > best):
-                    best, at = v, j
-            if at >= 0:
+            at = max(range(lo, hi), key=values.__getitem__)  # the first of the highest
+            if values[at] is not _LOWEST:
                 picked.add(hits[at])
