@@ -39,7 +39,7 @@ from ahocorasick_rs import BytesAhoCorasick, Implementation, MatchKind
 from bot.evidence.automata import automaton
 from bot.evidence.base import Fold, Probe
 from bot.evidence.families import Family
-from bot.evidence.literals import required_literals
+from bot.evidence.literals import literal_prefix, required_literals
 from bot.evidence.text import MAX_LINE_CHARS
 from bot.evidence.units import convert
 
@@ -90,19 +90,45 @@ class _Act(NamedTuple):
     marks: bool = False  # the literal leaves the consumer a state (a milestone)
 
 
+class _Needled:
+    """Needles, and which of them each line of a text holds.
+
+    A non-overlapping pass (the automaton's fast, prefiltered path) finds the lines that hold
+    any; an overlapping pass over each of those lines alone lists all it holds (a needle
+    hidden under another's match is in the same line: no needle spans a newline).
+    """
+
+    def __init__(self, needles: tuple[bytes, ...]) -> None:
+        self.needles = needles
+        self._all = BytesAhoCorasick(list(needles))
+        self._find = automaton(needles, dfa=False)
+        self._scanned = 0  # in this process: past _DFA_AFTER, a DFA is worth its building
+
+    def lines(self, text: bytes, offsets: list[int]) -> dict[int, set[int]]:
+        """Line index (`offsets`: where each line of `text` starts) -> the needles it holds."""
+        self._scanned += len(text)
+        if self._scanned > _DFA_AFTER and self._scanned - len(text) <= _DFA_AFTER:
+            self._find = automaton(self.needles, dfa=True)
+        found: dict[int, set[int]] = {}
+        done = -1
+        for _, at, _ in self._find.find_matches_as_indexes(text):
+            if at < done:
+                continue
+            k = bisect_right(offsets, at) - 1
+            done = offsets[k + 1]
+            line = text[offsets[k]:done - 1]
+            found[k] = {idx for idx, _, _ in self._all.find_matches_as_indexes(
+                line, overlapping=True)}
+        return found
+
+
 @dataclass
 class _Literals:
-    """A family's literals outside its constant text, found in one pass over its lower-cased
-    lines; a literal that is not case-insensitive is then checked in the line's own casing."""
+    """A family's literals outside its constant text, looked for in its lower-cased lines; a
+    literal that is not case-insensitive is then checked in the line's own casing."""
 
-    needles: tuple[bytes, ...]
+    needled: _Needled
     entries: list[tuple[tuple[bytes, bool, tuple[_Act, ...]], ...]]  # (literal, exact, acts)
-    scanned: int = 0  # in this process: past _DFA_AFTER, a DFA is worth its building
-
-    def find(self, lowered: bytes) -> list[tuple[int, int, int]]:
-        self.scanned += len(lowered)
-        finder = automaton(self.needles, self.scanned > _DFA_AFTER)
-        return finder.find_matches_as_indexes(lowered, overlapping=True)
 
 
 @dataclass
@@ -114,9 +140,9 @@ class _Plan:
     probes: tuple[Probe, ...]  # gated by the constant text: run on every line that may match
     states: dict[int, Hashable]  # consumer -> the state the family's lines leave it
     literals: _Literals | None = None
-    # the literals one of which every match of a probe holds: (automaton, per literal: the
+    # the literals one of which every match of a probe holds: (needles, per needle: the
     # probes, searched in the lower-cased lines); a probe in none runs on every line
-    prefilters: tuple[tuple[BytesAhoCorasick, list[tuple[int, ...]], bool], ...] = ()
+    prefilters: tuple[tuple[_Needled, list[tuple[int, ...]], bool], ...] = ()
 
 
 @dataclass
@@ -245,18 +271,18 @@ class Folder:
         offsets = list(accumulate(map(add, map(len, lines), repeat(1)), initial=0))
         lowered: list[bytes] = []
         where: dict[int, set[int]] = {}  # probe -> the lines that may hold a match
-        for finder, probes_of, lower in plan.prefilters:
+        for needled, probes_of, lower in plan.prefilters:
             for pi in {pi for ps in probes_of for pi in ps}:
                 where.setdefault(pi, set())
             if lower and not joined.isascii():
                 for pi in {pi for ps in probes_of for pi in ps}:
                     del where[pi]  # re's case folding reaches beyond ASCII: run everywhere
                 continue
-            for idx, at, _ in finder.find_matches_as_indexes(
-                    _lower(joined, lowered) if lower else joined, overlapping=True):
-                k = bisect_right(offsets, at) - 1
-                for pi in probes_of[idx]:
-                    where[pi].add(k)
+            held = needled.lines(_lower(joined, lowered) if lower else joined, offsets)
+            for k, idxs in held.items():
+                for idx in idxs:
+                    for pi in probes_of[idx]:
+                        where[pi].add(k)
         for pi, probe in enumerate(plan.probes):
             ks: Sequence[int] = sorted(where[pi]) if pi in where else range(len(texts))
             candidates = list(map(texts.__getitem__, ks)) if pi in where else texts
@@ -272,9 +298,7 @@ class Folder:
                     segments: Sequence[tuple[int, int]], selection: _Selection,
                     picked: set[int]) -> None:
         """The lines holding a literal outside the constant text, and what each one does."""
-        per_line: dict[int, set[int]] = {}
-        for idx, at, _ in literals.find(lowered):
-            per_line.setdefault(bisect_right(offsets, at) - 1, set()).add(idx)
+        per_line = literals.needled.lines(lowered, offsets)
         gated: dict[Probe, tuple[list[int], list[Any]]] = {}
         for k in sorted(per_line):
             raw = lines[k]
@@ -440,12 +464,13 @@ def _needs(probe: Probe) -> tuple[frozenset[str], bool, BytesAhoCorasick] | None
 
 
 def _prefilters(probes: tuple[Probe, ...], constant: str
-                ) -> tuple[tuple[BytesAhoCorasick, list[tuple[int, ...]], bool], ...]:
-    """Finders of the literals of the probes whose matches need one the constant text lacks."""
+                ) -> tuple[tuple[_Needled, list[tuple[int, ...]], bool], ...]:
+    """Finders of the literals of the probes `re` cannot search fast (no literal to start
+    with) whose matches need one the constant text lacks."""
     tables: dict[bool, dict[bytes, list[int]]] = {False: {}, True: {}}
     for pi, probe in enumerate(probes):
         needs = _needs(probe)
-        if needs is None:
+        if needs is None or literal_prefix(probe.pattern.pattern, probe.pattern.compiled.flags):
             continue
         literals, lower, _ = needs
         text = constant.lower() if lower else constant
@@ -453,7 +478,7 @@ def _prefilters(probes: tuple[Probe, ...], constant: str
             continue
         for n in literals:
             tables[lower].setdefault(n.encode(), []).append(pi)
-    return tuple((BytesAhoCorasick(sorted(table)), [tuple(table[k]) for k in sorted(table)],
+    return tuple((_Needled(tuple(sorted(table))), [tuple(table[k]) for k in sorted(table)],
                   lower) for lower, table in tables.items() if table)
 
 
@@ -474,7 +499,7 @@ def _literals(table: dict[tuple[str, bool], set[_Act]]) -> _Literals | None:
     if not by_needle:
         return None
     needles = tuple(sorted(by_needle))
-    return _Literals(needles, [tuple(by_needle[n]) for n in needles])
+    return _Literals(_Needled(needles), [tuple(by_needle[n]) for n in needles])
 
 
 def _search(probe: Probe, text: str, raw: bytes) -> Any:

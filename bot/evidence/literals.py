@@ -41,6 +41,16 @@ def required_literals(pattern: str, flags: int = 0) -> Strings | None:
     return found
 
 
+@cache
+def literal_prefix(pattern: str, flags: int = 0) -> bool:
+    """Whether every match of `pattern` starts with the same character, which `re` finds with
+    a fast search before it tries anything else."""
+    items = list(_p.parse(pattern, flags))
+    while items and items[0][0] == _c.SUBPATTERN and not (items[0][1][1] or items[0][1][2]):
+        items = list(items[0][1][-1]) + items[1:]
+    return bool(items) and items[0][0] == _c.LITERAL and not flags & re.IGNORECASE
+
+
 def _required(items: list[Any]) -> Strings | None:
     """The best set for a sequence: a run of items each matching one of few strings, or a
     mandatory part's own set."""

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from bot.evidence import EXTRACTORS, mentions, sglang, tgi, torch, vllm
-from bot.evidence.literals import required_literals
+from bot.evidence.literals import literal_prefix, required_literals
 from bot.evidence.rules import Rules
 from bot.kb.loader import load_kb
 from bot.kb.match import CompiledKB
@@ -85,3 +85,12 @@ def test_every_match_holds_one_of_its_literals() -> None:
                 assert any(n in text for n in needs), (pattern.pattern, line)
                 checked += 1
     assert checked > 1000
+
+
+@pytest.mark.parametrize(("pattern", "flags", "expected"), [
+    ("is preempted by", 0, True), ("(?P<x>GPU) KV", 0, True), (r"(?<![\w-])A100", 0, False),
+    ("[AH]100", 0, False), ("llama", re.IGNORECASE, False),
+])
+def test_a_literal_start_is_told(pattern: str, flags: int, expected: bool) -> None:
+    """re searches a pattern that starts with a literal fast by itself: no prefilter needed."""
+    assert literal_prefix(pattern, flags) is expected
