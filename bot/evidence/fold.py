@@ -264,7 +264,8 @@ class Folder:
         if plan.folding:
             for a, b in segments:
                 picked.update((a, b - 1))
-        lines = list(map(chunk.__getitem__, map(slice, fs, fe)))
+        # views, not copies: the joined text is the one copy
+        lines = list(map(memoryview(chunk).__getitem__, map(slice, fs, fe)))
         joined = b"\n".join(lines)
         # one decode for all (an invalid sequence never spans a newline)
         texts = joined.decode("utf-8", "replace").split("\n") if plan.probes else []
@@ -293,7 +294,7 @@ class Folder:
             self._incidental(plan.literals, lines, _lower(joined, lowered), offsets, texts, fs,
                              segments, selection, picked)
 
-    def _incidental(self, literals: _Literals, lines: list[bytes], lowered: bytes,
+    def _incidental(self, literals: _Literals, lines: list[memoryview], lowered: bytes,
                     offsets: list[int], texts: list[str], fs: list[int],
                     segments: Sequence[tuple[int, int]], selection: _Selection,
                     picked: set[int]) -> None:
@@ -301,7 +302,7 @@ class Folder:
         per_line = literals.needled.lines(lowered, offsets)
         gated: dict[Probe, tuple[list[int], list[Any]]] = {}
         for k in sorted(per_line):
-            raw = lines[k]
+            raw = bytes(lines[k])
             acts = {act for idx in per_line[k] for literal, exact, owned in literals.entries[idx]
                     if not exact or literal in raw for act in owned}
             if not acts:

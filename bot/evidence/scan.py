@@ -281,14 +281,17 @@ def _chunks(stream: BinaryIO, limit: int | None) -> Iterable[bytes]:
             if carry:
                 yield carry
             return
-        data = carry + block
-        cut = data.rfind(b"\n")
+        cut = block.rfind(b"\n")
         if cut == -1:
+            data = carry + block
             if len(data) >= CHUNK:
                 yield data
                 carry = b""
             else:
                 carry = data
             continue
-        yield data[: cut + 1]
-        carry = data[cut + 1 :]
+        # one copy of the chunk at a time (memory stays flat at a few chunks)
+        chunk = b"".join((carry, memoryview(block)[: cut + 1]))
+        carry = block[cut + 1 :]
+        del block
+        yield chunk
