@@ -34,7 +34,7 @@ from bot.kb.match import CompiledKB  # noqa: E402
 from tests.evidence import serverlog  # noqa: E402
 
 DENSITIES = (0.003, 0.05, 0.2, 0.5)
-# targets (issue 14): ratio to grep at each density; at least 150 MB/s at 20 %
+# the targets: the ratio to grep at each density, and at least 150 MB/s at 20 %
 TARGETS = {0.003: 2.0, 0.05: None, 0.2: 5.0, 0.5: 8.0}
 
 
