@@ -4,10 +4,8 @@ every text the tests have."""
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -17,10 +15,7 @@ from bot.evidence.rules import Rules
 from bot.kb.loader import load_kb
 from bot.kb.match import CompiledKB
 from bot.lazyre import LazyPattern
-from tests.corpus.score import load_cases
-from tests.evidence import serverlog
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.evidence.texts import every_line
 
 
 @pytest.mark.parametrize(("pattern", "flags", "expected"), [
@@ -57,22 +52,9 @@ def _patterns() -> Iterator[LazyPattern]:
                 yield from (r.pattern for r in value)
 
 
-def _lines() -> Iterator[str]:
-    compiled = CompiledKB(load_kb())
-    for exset in compiled.kb.examples.values():
-        for ex in (*exset.match, *exset.near_miss):
-            yield from ex.text.splitlines()
-    for case in load_cases():
-        yield from case["text"].splitlines()
-    for row in (ROOT / "tests" / "data" / "dev_incidents.jsonl").read_text().splitlines():
-        if row.strip():
-            yield from json.loads(row)["text"].splitlines()
-    yield from serverlog.lines(3000, 1.0, mix=serverlog.EVERY_SHAPE)
-
-
 @pytest.mark.slow
 def test_every_match_holds_one_of_its_literals() -> None:
-    lines = list(dict.fromkeys(_lines()))
+    lines = every_line()
     checked = 0
     for pattern in dict.fromkeys(_patterns()):
         needs = required_literals(pattern.pattern, pattern.flags)

@@ -1,0 +1,67 @@
+"""A fold declares every reading its extractor does of a program's line: with every literal
+the fold declares blotted out, a line still changes what the extractor holds (a fact, a flag)
+only where one of the fold's probes matches it (a probe whose literal is in a family's constant
+text runs on every line of it). A reading added to `feed` and not to `fold` fails here, before
+folding can skip the lines it reads."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+from bot.evidence import EXTRACTORS
+from bot.evidence.base import Extractor, FactSink, Fold, Line, Probe
+from bot.evidence.paste import is_prose
+from bot.evidence.text import normalize_line
+from tests.evidence.texts import every_line
+
+FOLDING = [cls for cls in EXTRACTORS if getattr(cls, "fold", None) and not cls.follow]
+FOLDING_IDS = [cls.name for cls in FOLDING]
+
+
+def _state(extractor: object, sink: FactSink) -> Any:
+    return (dict(sink._values), {k: v for k, v in vars(extractor).items()})
+
+
+def _matches(probe: Probe, text: str) -> bool:
+    m = probe.pattern.search(text)
+    return m is not None and (probe.check is None or probe.check(m))
+
+
+def _masked(fold: Fold, text: str) -> str:
+    """`text` with every literal the fold declares blotted out (as long as it was)."""
+    literals = [*(literal for literal, _ in fold.gates), *fold.keys, *fold.whole,
+                *(literal for literal, _ in fold.marks)]
+    for literal in sorted(set(literals), key=len, reverse=True):
+        text = text.replace(literal, "\x00" * len(literal))
+    for literal in fold.whole_any_case:
+        text = re.sub(re.escape(literal), lambda m: "\x00" * len(m.group()), text,
+                      flags=re.IGNORECASE)
+    return text
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cls", FOLDING, ids=FOLDING_IDS)
+def test_every_reading_is_in_the_fold(cls: type[Extractor]) -> None:
+    lines = [normalize_line(x) for x in every_line()]
+    read = 0
+    for text in lines:
+        if not any(a in text for a in cls.anchors) or is_prose(text):
+            continue  # never offered it, or a person's words (no family line is)
+        extractor, sink = cls(), FactSink()
+        before = _state(extractor, sink)
+        extractor.feed(Line(1, text), sink)
+        if _state(extractor, sink) == before:
+            continue
+        read += 1
+        # without what the fold declares, the line reads as nothing, or as a probe says
+        extractor, sink = cls(), FactSink()
+        fold: Fold = getattr(extractor, "fold")()  # noqa: B009  (optional in the protocol)
+        masked = _masked(fold, text)
+        extractor.feed(Line(1, masked), sink)
+        if _state(extractor, sink) != before:
+            probes = {probe for _, probe in fold.gates}
+            assert any(_matches(p, masked) for p in probes), (cls.name, text)
+    assert read > 20
