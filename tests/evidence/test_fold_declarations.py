@@ -6,15 +6,19 @@ folding can skip the lines it reads."""
 
 from __future__ import annotations
 
+import copy
 import re
 from typing import Any
 
 import pytest
 
+from bot.diagnose import compiled_kb
 from bot.evidence import EXTRACTORS
 from bot.evidence.base import Extractor, FactSink, Fold, Line, Probe
 from bot.evidence.paste import is_prose
 from bot.evidence.text import normalize_line
+from bot.kb.loader import load_kb
+from bot.kb.match import Matcher
 from tests.evidence.texts import every_line
 
 FOLDING = [cls for cls in EXTRACTORS if getattr(cls, "fold", None) and not cls.follow]
@@ -65,3 +69,38 @@ def test_every_reading_is_in_the_fold(cls: type[Extractor]) -> None:
             probes = {probe for _, probe in fold.gates}
             assert any(_matches(p, masked) for p in probes), (cls.name, text)
     assert read > 20
+
+
+def _matcher_state(matcher: Matcher) -> Any:
+    """What the matcher holds, but its KB and the scratch position of its last match."""
+    state = {k: v for k, v in vars(matcher).items()
+             if k not in ("compiled", "_owner", "_at", "anchors", "folded_anchors", "phase")}
+    state["phase"] = {k: v for k, v in vars(matcher.phase).items() if k != "markers"}
+    return copy.deepcopy(state)
+
+
+@pytest.mark.slow
+def test_every_reading_of_the_matcher_is_in_its_fold() -> None:
+    compiled = compiled_kb(load_kb())
+    fold = Matcher(compiled).fold()
+    probes = {probe for _, probe in fold.gates}
+    read = 0
+    finder = Matcher(compiled)
+    for text in (normalize_line(x) for x in every_line()):
+        offered = finder.compiled.finder.find_matches_as_indexes(text) or any(
+            a in text.lower() for a in compiled.folded_anchors)
+        if not offered or is_prose(text):
+            continue
+        matcher, sink = Matcher(compiled), FactSink()
+        before = _matcher_state(matcher)
+        matcher.feed(Line(1, text), sink)
+        if _matcher_state(matcher) == before:
+            continue
+        read += 1
+        matcher, masked = Matcher(compiled), _masked(fold, text)
+        if is_prose(masked):
+            continue  # blotting its words made it read as a sentence, which a family never is
+        matcher.feed(Line(1, masked), sink)
+        if _matcher_state(matcher) != before:
+            assert any(_matches(p, masked) for p in probes), text
+    assert read > 100
