@@ -51,6 +51,9 @@ _SOURCE_LINE = LazyPattern(r"\braise [\w.]{0,60}(?:Error|Exception)\b")
 # exceptions that only report another process's failure ("See root cause above")
 _WRAPPER = LazyPattern(r"Engine core initialization failed|See root cause above|"
                        r"Error executing method|(?:failed|dead)[,.]? {0,2}terminating")
+# a line showing an exception of its own: the first such line is what the matcher reads
+_SHOWN = Probe(LazyPattern("|".join(re.escape(m) for m in EXCEPTION_MARKS)),
+               lambda m: _WRAPPER.search(m.string) is None, last=0)
 
 
 @dataclass(frozen=True)
@@ -166,10 +169,13 @@ class CompiledKB:
         never a person's, so prose signatures and phrases do not apply). A signature's anchor
         gates its regex: the first line it matches and the latest MAX_EVIDENCE - 1 are the
         evidence kept (a cause's: the first and the latest); a context's latest line is what
-        the lines after it read. A milestone leaves its phase. A frame, a marker that needs
-        further text, and a signature bound to a phase, kept as a fallback or read in a context
-        make a line's reading depend on the lines around it: such a line is read whole."""
-        gates: list[tuple[str, Probe]] = []
+        the lines after it read. A milestone leaves its phase. A failure's or an exception's
+        mark and a literal a signature looks for in the whole paste set what stays set (an
+        exception's, only where it does not report another process's failure). A frame, a
+        marker that needs further text, and a signature bound to a phase, kept as a fallback,
+        read in a context, waiting for the paste's end or for a literal elsewhere make a line's
+        reading depend on the lines around it: such a line is read whole."""
+        gates: list[tuple[str, Probe]] = [(m, _SHOWN) for m in EXCEPTION_MARKS]
         whole: list[str] = [TRACEBACK]
         any_case: list[str] = []
         for cs in self.signatures:
@@ -178,7 +184,8 @@ class CompiledKB:
             if cs.sig.ignore_case:
                 any_case += cs.anchors  # found in the lower-cased line
                 continue
-            if cs.sig.phases or cs.sig.fallback or cs.sig.context:
+            if cs.sig.phases or cs.sig.fallback or cs.sig.context or cs.sig.cut \
+                    or cs.sig.in_paste:
                 whole += cs.anchors
                 continue
             probe = Probe(cs.regex, _AnyOf(cs.with_any) if cs.with_any else None, first=1,
@@ -193,7 +200,8 @@ class CompiledKB:
                 whole.append(literal)
             else:
                 marks += [(literal, m.rank) for m in markers]
-        return Fold(gates=tuple(gates), whole=tuple(dict.fromkeys(whole)),
+        return Fold(gates=tuple(gates), keys=(*FAILURE_MARKS, *sorted(self.paste_literals)),
+                    whole=tuple(dict.fromkeys(whole)),
                     whole_any_case=tuple(dict.fromkeys(any_case)), marks=tuple(marks))
 
 
