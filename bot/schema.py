@@ -26,7 +26,7 @@ from bot.fingerprint import Fingerprint
 GIB = 1 << 30
 MIB = 1 << 20
 
-Engine = Literal["vllm", "sglang", "tgi"]
+Engine = Literal["vllm", "sglang", "tgi", "lmdeploy"]
 Source = Literal["cli", "slack", "collector", "api"]
 T = TypeVar("T")
 
@@ -147,6 +147,8 @@ class Facts(Strict):
     kv_cache_memory_bytes: int | None = None
     swap_space_gib: float | None = None
     mem_fraction_static: float | None = None  # SGLang's gpu_memory_utilization
+    # lmdeploy's KV cache share: of the memory free after the weights (TurboMind since 0.2.1)
+    cache_max_entry_count: float | None = None
     max_total_tokens: int | None = None  # SGLang / TGI token pool
     max_batch_prefill_tokens: int | None = None  # TGI
     max_input_length: int | None = None  # TGI
@@ -185,6 +187,9 @@ class Facts(Strict):
     # memory the GPU held that is neither free nor this process's PyTorch memory (total -
     # free - reserved): other processes plus this process's CUDA context and libraries
     oom_outside_pytorch_gib: float | None = None
+    # the failing process's own memory that its PyTorch allocator does not hold (in use -
+    # reserved): a CUDA context, libraries, or an engine pool allocated outside PyTorch
+    oom_process_outside_pytorch_gib: float | None = None
     # what else is on the GPU
     used_before_start_gib: float | None = None  # in use before this server allocated anything
     profile_start_used_gib: float | None = None  # V0 "initial_memory_usage": weights included

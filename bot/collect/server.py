@@ -25,6 +25,7 @@ _SERVERS: tuple[tuple[Engine, re.Pattern[str]], ...] = (
     ("vllm", re.compile(r"(?:^|[\s/])vllm serve(?:\s|$)|vllm\.entrypoints\.openai\.api_server")),
     ("sglang", re.compile(r"sglang\.launch_server")),
     ("tgi", re.compile(r"(?:^|[\s/])text-generation-launcher(?:\s|$)")),
+    ("lmdeploy", re.compile(r"(?:^|[\s/])lmdeploy serve(?:\s|$)")),
 )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from bot.evidence.base import Extractor, FactSink
 from bot.evidence.derived import DerivedFacts
 from bot.evidence.flags import FlagsExtractor
+from bot.evidence.lmdeploy import LmdeployExtractor
 from bot.evidence.mentions import MentionsExtractor
 from bot.evidence.nvidia_smi import NvidiaSmiExtractor
 from bot.evidence.redact import redact
@@ -21,7 +22,8 @@ from bot.evidence.vllm import VllmExtractor
 from bot.schema import Facts
 
 EXTRACTORS: tuple[type[Extractor], ...] = (
-    VllmExtractor, SglangExtractor, TgiExtractor, FlagsExtractor, TorchExtractor,
+    VllmExtractor, SglangExtractor, TgiExtractor, LmdeployExtractor, FlagsExtractor,
+    TorchExtractor,
     NvidiaSmiExtractor, TenantsExtractor, MentionsExtractor, DerivedFacts,
 )
 

@@ -4,7 +4,7 @@ The same setting arrives as a CLI flag (`--max-model-len 8192`, `--max_model_len
 a YAML key (`mem-fraction-static: 0.95`), a Python keyword (`LLM(tensor_parallel_size=8)`), or in
 the server's own echo of its arguments (`non-default args: {...}`, `Namespace(...)`,
 `ServerArgs(...)`, `... with config: model='...', max_seq_len=...`). All of them go through one
-table of names, so vLLM, SGLang and TGI spellings land in the same facts.
+table of names, so vLLM, SGLang, TGI and lmdeploy spellings land in the same facts.
 
 Flags are read only where a command is written. vLLM's hints ("use '--enforce-eager'") and
 suggestions ("--gpu-memory-utilization=0.8800") are not settings. Secret-bearing flags
@@ -47,6 +47,7 @@ SETTINGS: dict[str, str] = {
     "quantization": "quantization", "quantize": "quantization", "q": "quantization",
     "dtype": "dtype",
     "mem-fraction-static": "mem_fraction_static",
+    "cache-max-entry-count": "cache_max_entry_count", "session-len": "max_model_len",
     "max-total-tokens": "max_total_tokens",
     "max-batch-prefill-tokens": "max_batch_prefill_tokens",
     "max-input-length": "max_input_length", "max-input-tokens": "max_input_length",
@@ -56,8 +57,12 @@ _NONE = {"", "none", "null", "auto-detect"}
 
 # Lines that write a command rather than talk about one.
 _COMMANDS = ("vllm serve", "api_server", "launch_server", "text-generation-launcher",
-             "docker run", "python -m", "python3 -m", "vllm.entrypoints", "sglang.launch")
+             "docker run", "python -m", "python3 -m", "vllm.entrypoints", "sglang.launch",
+             "lmdeploy serve")
 _ECHOES = ("Namespace(", "ServerArgs(", "with config:")
+# Python calls that take settings as keywords: vLLM's LLM(...), lmdeploy's
+# TurbomindEngineConfig(...) / PytorchEngineConfig(...)
+_CALLS = ("LLM(", "EngineConfig(")
 # Request logs quote user prompts, which may well mention flags.
 _CHATTER = ("Received request", "prompt: ")
 
@@ -136,12 +141,14 @@ def _apply_pairs(pattern: LazyPattern, text: str, sink: FactSink, line_no: int) 
 class FlagsExtractor:
     name: ClassVar[str] = "flags"
     anchors: ClassVar[tuple[str, ...]] = (
-        "--", "vllm serve", "non-default args", *_ECHOES, "LLM(", "Args {", *_yaml_anchors())
+        "--", "vllm serve", "lmdeploy serve", "non-default args", *_ECHOES, *_CALLS, "Args {",
+        *_yaml_anchors())
     follow: ClassVar[int] = 12  # continuation lines of `LLM(` calls and `\` commands
 
     def __init__(self) -> None:
         self._in_call = False
         self._continued = False
+        self._model_next = False  # `vllm serve \` ended the line: the model starts the next
 
     def feed(self, line: Line, sink: FactSink) -> None:
         text = line.text
@@ -155,8 +162,8 @@ class FlagsExtractor:
             _apply_pairs(_KWARG, text, sink, line.no)
         elif "Args {" in text:
             _apply_pairs(_RUST_FIELD, text, sink, line.no)
-        elif "LLM(" in text:
-            call = text[text.index("LLM(") + 4:]
+        elif (opener := next((c for c in _CALLS if c in text), None)) is not None:
+            call = text[text.index(opener) + len(opener):]
             self._in_call = ")" not in call
             _apply_pairs(_KWARG, call, sink, line.no)
         elif self._in_call:
@@ -168,7 +175,7 @@ class FlagsExtractor:
             _apply_pairs(_YAML, text, sink, line.no)
 
     def finish(self, sink: FactSink) -> None:
-        self._in_call = self._continued = False
+        self._in_call = self._continued = self._model_next = False
 
     @staticmethod
     def _dict(text: str, sink: FactSink, line_no: int) -> None:
@@ -186,13 +193,19 @@ class FlagsExtractor:
         for key, value in items:
             apply_setting(str(key), value, sink, line_no)
 
-    @staticmethod
-    def _command(text: str, sink: FactSink, line_no: int) -> None:
+    def _command(self, text: str, sink: FactSink, line_no: int) -> None:
         tokens = [t.strip("'\"") for t in _TOKEN.findall(text)]
+        if self._model_next and tokens and tokens[0] != "\\":
+            self._model_next = False
+            if not tokens[0].startswith("-"):
+                apply_setting("model", tokens[0], sink, line_no)
         for i, tok in enumerate(tokens):
-            if tok == "serve" and i and tokens[i - 1].endswith("vllm") and i + 1 < len(tokens):
-                if not tokens[i + 1].startswith("-"):
-                    apply_setting("model", tokens[i + 1], sink, line_no)
+            if _names_model_next(tokens, i):
+                nxt = tokens[i + 1]
+                if nxt == "\\":
+                    self._model_next = True
+                elif not nxt.startswith("-"):
+                    apply_setting("model", nxt, sink, line_no)
                 continue
             if not tok.startswith("-") or tok in ("-", "--") or _is_number(tok):
                 continue
@@ -207,6 +220,17 @@ class FlagsExtractor:
                 apply_setting(name, True, sink, line_no)
             else:
                 apply_setting(name, nxt, sink, line_no)
+
+
+def _names_model_next(tokens: list[str], i: int) -> bool:
+    """The model is the positional argument after `vllm serve` and `lmdeploy serve
+    api_server`."""
+    if i + 1 >= len(tokens):
+        return False
+    if tokens[i] == "serve":
+        return i > 0 and tokens[i - 1].endswith("vllm")
+    return (tokens[i] == "api_server" and i > 1 and tokens[i - 1] == "serve"
+            and tokens[i - 2].endswith("lmdeploy"))
 
 
 def _is_number(tok: str) -> bool:

@@ -47,8 +47,10 @@ _COUNT = lazy(r"(?<![\w.])(?P<count>\d{1,2}) ?(?:x |\* )?(?:GPUs|gpus|GPU cards|
 _UTIL = lazy(r"(?<!\w)(?P<key>gpu[_ -]?memory[_ -]?utili[sz]ation|mem[_ -]fraction[_ -]static|"
              r"\butili[sz]ation)\b(?: (?:is|was))?(?: set)?(?: (?:to|at|of))?(?: be)?\s{0,2}"
              r"[=:]?\s{0,2}(?P<value>0?\.\d{1,3}|1\.0{1,3})(?![\d%])", re.IGNORECASE)
-_QUANT_AFTER = lazy(r"\s{0,2}[(\[]?\s{0,2}(?P<q>NVFP4|MXFP4|AWQ|GPTQ|FP8|INT4|INT8|W4A16|W8A8)\b",
-                    re.IGNORECASE)
+# "Qwen3.8-27B (NVFP4)", "Qwen2.5-VL-32B-Instruct-AWQ", "Llama-3.1-70B-Instruct-2.4bpw-h6-exl2"
+_QUANT_AFTER = lazy(r"(?:[-_.][-_.A-Za-z0-9]{0,60}?[-_]|[-_]|\s{0,2}[(\[]?\s{0,2})"
+                    r"(?P<q>NVFP4|MXFP4|AWQ|GPTQ|FP8|INT4|INT8|W4A16|W8A8|EXL2|GGUF|"
+                    r"\d(?:\.\d{1,2})?bpw)(?![a-z\d])", re.IGNORECASE)
 _MAX_PROSE = 2000
 _FAMILY_WORDS = ("llama", "qwen", "qwq", "mistral", "mixtral", "deepseek", "gemma", "phi-",
                  "falcon", "gpt-", "glm", "yi-", "kimi", "starcoder", "granite", "nemotron",

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from bot.evidence.base import FactSink, Line
 from bot.evidence.text import MAX_LINE_CHARS, normalize_line
 from bot.lazyre import lazy
 
@@ -142,6 +143,22 @@ _LETTERS = lazy(r"[A-Za-z]{2,40}")
 _CODE_CHARS = "()[]{}<>=/_\\"
 CODE_SHARE = 0.12  # a line this dense in brackets, paths and assignments is code
 _CJK = lazy(r"[\u3040-\u30ff\u4e00-\u9fff\uac00-\ud7af]")
+# A command line: a prompt or environment assignments, then a program, then options
+# ("CUDA_VISIBLE_DEVICES=0,1 vllm serve /models/x --max-model-len 4096 --limit-mm-per-prompt").
+_COMMAND = lazy(r"^\s{0,8}(?:[$#>]\s{1,4})?(?:[A-Z][A-Z0-9_]{1,40}=\S{0,200}\s{1,4}){0,8}"
+                r"(?:sudo\s{1,4}|nohup\s{1,4}|exec\s{1,4})?"
+                r"(?:vllm|python3?|docker|podman|lmdeploy|text-generation-launcher|sglang|"
+                r"torchrun|accelerate|ray|kubectl|mistralrs-server|llama-server|\./\S{1,80})\s"
+                r"(?=.{0,400}?(?:^|\s)--?[a-z][\w-]{1,60}.{0,400}?\s--?[a-z][\w-]{1,60})")
+
+
+def names_engine(sink: FactSink, engine: str, line: Line) -> None:
+    """Record the engine a line names: a log line or a command decides it, a sentence that
+    names it ("vLLM works, lmdeploy does not") only when nothing else does."""
+    if is_prose(line.text):
+        sink.set_default("engine", engine, line.no)
+    else:
+        sink.set("engine", engine, line.no)
 
 
 def is_prose(line: str) -> bool:
@@ -154,6 +171,8 @@ def is_prose(line: str) -> bool:
         return False
     if len(stripped) > 2 and stripped[0] == stripped[-1] == "`":
         return False  # a message quoted whole as code is the program's words, not the user's
+    if _COMMAND.match(stripped):
+        return False  # a command with options, written down to show how the server ran
     head = body[:400]
     code = sum(head.count(c) for c in _CODE_CHARS)
     if code >= 8 and code >= CODE_SHARE * len(head.replace(" ", "")):

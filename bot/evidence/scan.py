@@ -260,8 +260,12 @@ def _no_cycle_collection() -> Iterator[None]:
 
 
 def _line_starts(chunk: bytes, start: int, count: int) -> Iterator[int]:
+    """Where the next `count` lines of the chunk start; none past its end (the next chunk's
+    lines are followed from its top)."""
     pos = start
     for _ in range(count):
+        if pos >= len(chunk):
+            return
         yield pos
         nl = chunk.find(b"\n", pos)
         if nl == -1:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from bot.evidence.base import FactSink, Fold, Line
+from bot.evidence.paste import names_engine
 from bot.evidence.rules import Rules, rule
 from bot.evidence.units import num
 
@@ -23,6 +24,7 @@ _RULES = Rules(
     rule("KV Cache is allocated", rf"#tokens: {num('kv_cache_tokens')}"),
 )
 _MARKERS = ("sglang", "SGLang", "Not enough memory. Please try to increase --mem-fraction-static")
+# A sentence that names SGLang ("it works with vLLM or SGLang") says less than its log does.
 # Only SGLang has this setting: a config that names it is an SGLang config.
 _HINTS = ("mem-fraction-static", "mem_fraction_static")
 
@@ -37,8 +39,10 @@ class SglangExtractor:
 
     def feed(self, line: Line, sink: FactSink) -> None:
         text = line.text
-        if _RULES.apply(line, sink) or any(m in text for m in _MARKERS):
+        if _RULES.apply(line, sink):
             sink.set("engine", "sglang", line.no)
+        elif any(m in text for m in _MARKERS):
+            names_engine(sink, "sglang", line)
         elif any(h in text for h in _HINTS):
             sink.set_default("engine", "sglang", line.no)
 

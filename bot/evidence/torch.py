@@ -66,25 +66,45 @@ class _Message:
         self.gpu: int | None = None
         self.others: list[tuple[int, float]] = []
 
-    def processes(self) -> list[GpuProcess]:
+    def own_reserved(self) -> float | None:
+        return None if self.allocated is None else self.allocated + (self.unallocated or 0.0)
+
+    def server_pid(self, used: float | None) -> int | None:
+        """Which "Process N" line is the failing process, where torch did not say "this
+        process" (torch 2.1, or a container). `used` is the GPU's total minus its free memory."""
+        own = self.own_reserved()
+        if self.this_process is not None or own is None or not self.others:
+            return None
+        if len(self.others) == 1 and used is not None and own >= 0.5 \
+                and abs(self.others[0][1] - used) <= max(0.5, 0.02 * used):
+            # the only process listed holds all the memory in use, PyTorch's allocation in the
+            # failing process included: it is that process, however much more it holds
+            return self.others[0][0]
+        # In a container torch lists every process under its host PID, the failing one too.
+        # That one holds at least what PyTorch allocated: the only line that large is it; of
+        # several, the one nearest PyTorch's memory plus a context.
+        large = [o for o in self.others if o[1] >= own - 0.05]
+        if len(large) == 1:
+            return large[0][0]
+        if large:
+            pid, gib = min(large, key=lambda o: o[1] - own)
+            if gib <= own + max(CONTEXT_GIB, 0.1 * own):
+                return pid
+        return None
+
+    def processes(self, server_pid: int | None) -> list[GpuProcess]:
         """Each "Process N" line, told apart as the server itself or someone else."""
-        own = None if self.allocated is None else self.allocated + (self.unallocated or 0.0)
-        server_pid: int | None = None
-        if self.this_process is None and own is not None and self.others:
-            # In a container torch lists every process under its host PID, the failing one
-            # too. That one holds at least what PyTorch allocated: the only line that large is
-            # it; of several, the one nearest PyTorch's memory plus a context.
-            large = [o for o in self.others if o[1] >= own - 0.05]
-            if len(large) == 1:
-                server_pid = large[0][0]
-            elif large:
-                pid, gib = min(large, key=lambda o: o[1] - own)
-                if gib <= own + max(CONTEXT_GIB, 0.1 * own):
-                    server_pid = pid
         known = self.this_process is not None or server_pid is not None
         return [GpuProcess(gpu_index=self.gpu, pid=pid, used_mib=gib * 1024, source="torch",
                            is_server=(pid == server_pid) if known else None)
                 for pid, gib in self.others]
+
+    def server_in_use(self, server_pid: int | None) -> float | None:
+        """What the failing process holds on the GPU, as torch reported it."""
+        if self.this_process is not None:
+            return self.this_process
+        return next((gib for pid, gib in self.others if pid == server_pid), None)
+
 
 
 class TorchExtractor:
@@ -142,7 +162,13 @@ class TorchExtractor:
         msg, self._msg = self._msg, None
         if msg is None:
             return
-        for proc in msg.processes():
+        total, free = sink.get("gpu_total_gib"), sink.get("oom_free_gib")
+        server = msg.server_pid(total - free if total is not None and free is not None
+                                else None)
+        for proc in msg.processes(server):
             sink.add_process(proc)
         if msg.allocated is not None and msg.unallocated is not None:
             sink.set_default("oom_reserved_gib", msg.allocated + msg.unallocated)
+        in_use, own = msg.server_in_use(server), msg.own_reserved()
+        if in_use is not None and own is not None:
+            sink.set_default("oom_process_outside_pytorch_gib", max(0.0, in_use - own))

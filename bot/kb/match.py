@@ -52,6 +52,10 @@ _SOURCE_LINE = LazyPattern(r"\braise [\w.]{0,60}(?:Error|Exception)\b")
 _WRAPPER = LazyPattern(r"Engine core initialization failed|See root cause above|"
                        r"Error executing method|(?:failed|dead)[,.]? {0,2}terminating")
 # a line showing an exception of its own: the first such line is what the matcher reads
+# A phase phrase the sentence denies: "even before any inference requests are sent" says the
+# failure was not while serving requests. The words just before the phrase are read.
+_DENIED = LazyPattern(
+    r"\b(?:before|without|no|not|never|prior to)\b(?:\W{1,3}\w{1,20}){0,3}\W{0,3}$")
 _SHOWN = Probe(LazyPattern("|".join(re.escape(m) for m in EXCEPTION_MARKS)),
                lambda m: _WRAPPER.search(m.string) is None, last=0)
 
@@ -274,12 +278,14 @@ class Matcher:
             candidates.update(comp.by_anchor.get(anchor, ()))
         prose = None  # decided only when a phrase signature or phase phrase is a candidate
         if comp.folded_finder is not None:
-            folded = comp.folded_finder.find_matches_as_indexes(text.lower(), overlapping=True)
+            lowered = text.lower()
+            folded = comp.folded_finder.find_matches_as_indexes(lowered, overlapping=True)
             said = None
-            for idx, _, _ in folded:
+            for idx, start, _ in folded:
                 anchor = comp.folded_anchors[idx]
                 candidates.update(comp.by_folded[anchor])
-                if anchor in comp.phases.said:
+                if (anchor in comp.phases.said
+                        and _DENIED.search(lowered, max(0, start - 48), start) is None):
                     said = anchor  # the last one in the line
             if said is not None and (prose := is_prose(text)):
                 self.phase.hear(said)

@@ -101,7 +101,7 @@ class Signature(KBModel):
     # memoy", "the second instance fails"): weaker evidence, never above a log line.
     kind: Literal["error", "warning", "info", "prose"] = "error"
     weight: float = 0.9
-    engine: Literal["vllm", "sglang", "tgi", "torch", "nccl", "nvidia", "any"] = "any"
+    engine: Literal["vllm", "sglang", "tgi", "lmdeploy", "torch", "nccl", "nvidia", "any"] = "any"
     ignore_case: bool = False
     # Literals, one of which every matching line contains; derived from the pattern when
     # omitted. The scanner looks for these before it runs any regex, so they must be exact.
@@ -309,7 +309,7 @@ class Problem(KBModel):
 class FixTemplate(KBModel):
     id: str
     title: str
-    engine: Literal["vllm", "sglang", "tgi", "any"] = "vllm"
+    engine: Literal["vllm", "sglang", "tgi", "lmdeploy", "any"] = "vllm"
     command: str
     flags: dict[str, str] = field(default_factory=dict)
     predicted: str = ""

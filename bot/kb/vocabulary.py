@@ -25,12 +25,13 @@ CONDITIONS: frozenset[str] = frozenset({
     "memory_in_use_before_start", "memory_outside_pytorch", "multimodal_model", "no_kv_memory",
     "no_spare_gpus", "non_torch_implausible", "nothing_fits", "only_server_on_gpu",
     "oom_not_a_shortage", "other_process_memory", "profile_implausible",
-    "several_engines_on_gpu", "spare_gpus", "startup_free_check_failed", "tgi_warmup_prefill",
+    "server_memory_outside_pytorch", "several_engines_on_gpu", "spare_gpus",
+    "startup_free_check_failed", "tgi_warmup_prefill",
     "trainer_pool_large", "trainer_shares_gpu", "utilization_at_safe_max",
     "utilization_cannot_fit", "utilization_high", "utilization_low", "utilization_would_fit",
     "weights_cannot_load", "weights_dominate_budget", "weights_exceed_budget_at_safe_max",
     "weights_exceed_common_gpu", "weights_exceed_gpu", "weights_exceed_one_gpu_unsharded",
-    "weights_fill_budget", "weights_small_in_budget",
+    "weights_fill_budget", "weights_fill_one_gpu_unsharded", "weights_small_in_budget",
 })
 
 # Values the fix planner works out for templates, beyond the facts and the sizing's figures

@@ -45,6 +45,8 @@ _FOUR_BIT = ("awq", "gptq", "bnb-4bit", "bitsandbytes", "nvfp4", "mxfp4", "marli
              "gguf", "4bit", "int4", "w4a16")
 _EIGHT_BIT = ("fp8", "int8", "w8a8", "8bit", "compressed-tensors", "modelopt")
 _FULL = ("float", "float32", "fp32")  # --dtype float: 4 bytes per parameter
+# exllama's bits per weight ("2.4bpw", "4.65bpw"): rounded up to the next format above
+_BPW = lazy(r"(\d{1,2}(?:\.\d{1,2})?) ?bpw")
 _SIZE_IN_NAME = lazy(r"(?<![A-Za-z0-9.])(?:(?P<experts>\d{1,3})x)?(?P<n>\d{1,4}(?:\.\d{1,2})?)"
                      r"(?P<u>[bBmM])(?![A-Za-z0-9])")
 
@@ -63,12 +65,17 @@ def quantization_in_name(name: str | None) -> str | None:
     """The weight format a model's name states ("Qwen3.6-35B-A3B-NVFP4", "Llama-3-70B-AWQ"),
     for a model the catalog does not know; None when it states none."""
     lowered = (name or "").rsplit("/", 1)[-1].lower()
+    if (bpw := _BPW.search(lowered)) is not None:
+        return bpw.group(0)
     return next((k for k in (*_FOUR_BIT, *_EIGHT_BIT) if k in lowered), None)
 
 
 def weight_format(quantization: str | None, dtype: str | None = None) -> str:
     """'32bit' / '16bit' / '8bit' / '4bit' for a --quantization value or a dtype."""
     q = (quantization or dtype or "").lower()
+    if (bpw := _BPW.search(q)) is not None:
+        bits = float(bpw.group(1))
+        return "4bit" if bits <= 4.5 else "8bit" if bits <= 8.5 else "16bit"
     if any(k in q for k in _FOUR_BIT):
         return "4bit"
     if any(k in q for k in _EIGHT_BIT):

@@ -132,6 +132,23 @@ def _outside(f: Facts, s: Sizing | None) -> str | None:
             "process's PyTorch allocator: another process holds it")
 
 
+@condition("server_memory_outside_pytorch")
+def _server_outside(f: Facts, s: Sizing | None) -> str | None:
+    """The failing process itself holds far more than its PyTorch allocator: beyond a CUDA
+    context and libraries (1-2 GiB), that is a pool the engine allocated outside PyTorch
+    (lmdeploy TurboMind's KV cache, TensorRT-LLM's), which leaves PyTorch's own work (a vision
+    encoder, sampling) no room. vLLM and SGLang keep their KV cache in PyTorch tensors."""
+    out, in_use = f.oom_process_outside_pytorch_gib, f.oom_process_in_use_gib
+    if in_use is None:
+        in_use = next(((p.used_mib or 0) / 1024 for p in f.processes
+                       if p.is_server and p.source == "torch"), None)
+    if out is None or in_use is None or out < max(4.0, 0.4 * in_use):
+        return None
+    return (f"the failing process holds {gib(in_use)}, of which {gib(out)} is outside "
+            "PyTorch's allocator: a pool the engine allocated itself (a KV cache outside "
+            "PyTorch) has taken the GPU")
+
+
 @condition("memory_in_use_before_start")
 def _used_before(f: Facts, s: Sizing | None) -> str | None:
     used, total = f.used_before_start_gib, _total(f, s)
@@ -235,6 +252,20 @@ def _weights_unsharded(f: Facts, s: Sizing | None) -> str | None:
     if why and isinstance(tp, int) and tp > 1:
         why += f"; TP {tp} is the smallest that fits and divides the heads"
     return why
+
+
+@condition("weights_fill_one_gpu_unsharded")
+def _weights_fill_unsharded(f: Facts, s: Sizing | None) -> str | None:
+    """Unsharded weights that take 90% or more of the GPU: whatever the memory setting, the
+    KV cache, activations and the CUDA context share the last few GiB, so the model needs
+    more GPUs (or fewer bytes per parameter), not a different budget."""
+    if (f.tensor_parallel_size or 1) * (f.pipeline_parallel_size or 1) > 1:
+        return None
+    w, total = _weights(f, s), _total(f, s)
+    if w is None or not total or w < 0.9 * total or _weights_gpu(f, s):
+        return None
+    return (f"{_weights_why(f, s, w)} take {w / total:.0%} of one GPU's {gib(total)}: "
+            "too little is left for the KV cache and activations on one GPU")
 
 
 @condition("weights_exceed_common_gpu")
@@ -427,6 +458,13 @@ def _trainer_pool(f: Facts, s: Sizing | None) -> str | None:
 
 @condition("utilization_high")
 def _util_high(f: Facts, s: Sizing | None) -> str | None:
+    share = f.cache_max_entry_count
+    if f.gpu_memory_utilization is None and share is not None and share >= 0.9:
+        # lmdeploy's share is of the memory free after the weights: at 0.9 and above the
+        # PyTorch side (vision encoder, sampling, activations) keeps a sliver of it
+        return (f"cache_max_entry_count {share:g} gives the KV cache {share:.0%} of the memory "
+                "left after the weights: almost nothing is left for activations and the "
+                "vision encoder")
     util = f.gpu_memory_utilization if f.gpu_memory_utilization is not None else (
         f.mem_fraction_static)
     if util is None or util < 0.95:

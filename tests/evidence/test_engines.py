@@ -63,6 +63,23 @@ CASES: list[tuple[str, dict[str, Any]]] = [
       "oom_gpu_index": 0}),
     ("Running Llama 3 70B on A100 GPU - Tried to allocate 160MiB. GPU",
      {"oom_tried_to_allocate_gib": 160 * MIB, "model": "Llama 3 70B", "gpu_name": "A100"}),
+    # one "Process N" line that accounts for all the memory not free is the failing process:
+    # what its PyTorch allocator does not hold is the engine's own pool
+    ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB. GPU 0 has a total "
+     "capacity of 79.15 GiB of which 1.15 GiB is free. Process 4242 has 78.00 GiB memory in use. "
+     "Of the allocated memory 40.00 GiB is allocated by PyTorch, and 2.00 GiB is reserved by "
+     "PyTorch but unallocated.",
+     {"oom_process_outside_pytorch_gib": 36.0, "oom_reserved_gib": 42.0}),
+    # two processes: neither is known to be the server, and nothing is deduced
+    ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB. GPU 0 has a total "
+     "capacity of 79.15 GiB of which 1.15 GiB is free. Process 4242 has 40.00 GiB memory in use. "
+     "Process 777 has 38.00 GiB memory in use. Of the allocated memory 30.00 GiB is allocated by "
+     "PyTorch, and 2.00 GiB is reserved by PyTorch but unallocated.",
+     {"oom_process_outside_pytorch_gib": None, "oom_outside_pytorch_gib": 46.0}),
+    # lmdeploy by its log prefix and by its command; in a sentence only as a default
+    ("[TM][WARNING] `session_len` truncated to 4928 due to limited KV cache memory",
+     {"engine": "lmdeploy"}),
+    ("lmdeploy serve api_server internlm/internlm2_5-7b-chat --tp 2", {"engine": "lmdeploy"}),
 ]
 
 

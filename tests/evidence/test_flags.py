@@ -83,6 +83,19 @@ CASES: list[tuple[str, dict[str, Any]]] = [
      {"model": "bigscience/bloom-560m", "tensor_parallel_size": 2, "quantization": "bitsandbytes",
       "max_input_length": 1024, "max_total_tokens": 2048, "max_batch_prefill_tokens": 4096,
       "engine": "tgi"}),
+    # the model as vLLM's positional argument, also on the next line of a `\` command that a
+    # Slack paste ends without a newline
+    ("vllm serve Qwen/Qwen2.5-72B-Instruct --max-model-len 8192",
+     {"model": "Qwen/Qwen2.5-72B-Instruct", "max_model_len": 8192, "engine": "vllm"}),
+    ("vllm serve \\\n  Qwen/Qwen2.5-72B-Instruct --max-model-len 8192 --tensor-parallel-size 2",
+     {"model": "Qwen/Qwen2.5-72B-Instruct", "max_model_len": 8192, "tensor_parallel_size": 2}),
+    # lmdeploy
+    ("lmdeploy serve api_server llm_models/internlm2_5-7b-chat --server-port 23333 --tp 2 "
+     "--cache-max-entry-count 0.2",
+     {"model": "llm_models/internlm2_5-7b-chat", "tensor_parallel_size": 2,
+      "cache_max_entry_count": 0.2, "engine": "lmdeploy"}),
+    ("lmdeploy serve api_server /models/InternVL2-40B --session-len 8192",
+     {"model": "/models/InternVL2-40B", "max_model_len": 8192}),
 ]
 
 

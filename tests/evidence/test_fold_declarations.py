@@ -68,7 +68,7 @@ def test_every_reading_is_in_the_fold(cls: type[Extractor]) -> None:
         if _state(extractor, sink) != before:
             probes = {probe for _, probe in fold.gates}
             assert any(_matches(p, masked) for p in probes), (cls.name, text)
-    assert read > 20
+    assert read > 10  # enough real lines read for the check to mean something
 
 
 def _matcher_state(matcher: Matcher) -> Any:

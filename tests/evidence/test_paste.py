@@ -187,6 +187,12 @@ def test_a_width_met_by_the_message_or_by_the_whole_line() -> None:
     ("start.py:1395 (EngineCore pid=1713) ValueError: To serve at least one request with the "
      "model's max seq len (131072)", False),
     ("`Free memory on device (10.2/79.2 GiB) on startup is less than desired`", False),
+    # a pasted command line with its options is the evidence, however many words it holds
+    ("CUDA_VISIBLE_DEVICES=0,1 lmdeploy serve api_server /models/InternVL2-40B --server-port "
+     "23333 --tp 2 --cache-max-entry-count 0.5 --model-name internvl2", False),
+    ("$ vllm serve Qwen/Qwen2.5-7B-Instruct --max-model-len 32768 --gpu-memory-utilization 0.9",
+     False),
+    ("I ran vllm serve with the same model and it worked before the upgrade", True),
 ])
 def test_a_persons_words_are_told_from_a_programs(line: str, prose: bool) -> None:
     assert is_prose(line) is prose
