@@ -214,7 +214,7 @@ class Budget:
         self.weight_fmt = weight_format(
             self.f.quantization or (inp.model.quantization if inp.model
                                     else quantization_in_name(self.f.model)),
-            (inp.model.spec.weight_dtype if inp.model else None) or self.f.dtype)
+            (inp.model.weight_dtype if inp.model else None) or self.f.dtype)
         self.weights = self._weights()
         self.mnbt = self.f.max_num_batched_tokens
         self.activation = self._activation()

@@ -151,7 +151,7 @@ def size(model: str | dict[str, object], gpu: str, *, gpus: int | None = None,
     layout = KvLayout.build(spec, tp, pp, kv_cache_dtype, DEFAULT_BLOCK)
     memory = _memory(sizing, layout, length, concurrency)
     batch = concurrency or _memory_batch(memory)
-    fmt = weight_format(quant, spec.weight_dtype)
+    fmt = weight_format(quant, resolved.weight_dtype)
     through = _throughput(spec, card, layout, fmt, tp, pp, batch, length)
     users = _users(spec, card, layout, fmt, tp, pp, length, memory, gpus // (tp * pp), gpus,
                    active_share, user_tokens_per_s)

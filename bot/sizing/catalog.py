@@ -134,7 +134,15 @@ class ResolvedModel:
     spec: ModelSpec
     origin: Literal["catalog", "config"]
     quantization: str | None = None
+    # a 16-bit build the name states ("DeepSeek-R1-BF16"): the catalog model's geometry, but
+    # not its FP8 checkpoint's bytes per parameter
+    precision: str | None = None
     query: str = ""
+
+    @property
+    def weight_dtype(self) -> str | None:
+        """The checkpoint's weight format, as far as the name and the catalog say."""
+        return self.precision or self.spec.weight_dtype
 
 
 # Suffixes that name a quantised checkpoint of the same architecture. The KV geometry is the
@@ -144,6 +152,7 @@ _QUANT_SUFFIX = lazy(
     r"4bit|8bit|gguf|exl2)(?:[-_.].*)?$",
     re.IGNORECASE,
 )
+_PRECISION_SUFFIX = lazy(r"[-_.](bf16|bfloat16|fp16|f16|float16)$", re.IGNORECASE)
 _QUANT_CANON = {"4bit": "bnb-4bit", "bnb_4bit": "bnb-4bit", "8bit": "int8", "fp8_dynamic": "fp8",
                 "fp8-dynamic": "fp8", "w8a8": "fp8", "int4": "gptq", "w4a16": "gptq"}
 _VARIANT = lazy(r"(instruct|chat|it|hf|base)$")
@@ -238,6 +247,14 @@ def split_quantization(name: str) -> tuple[str, str | None]:
     return base[: len(base) - len(last) + m.start()], _QUANT_CANON.get(q, q)
 
 
+def _split_precision(name: str) -> tuple[str, str | None]:
+    """'unsloth/DeepSeek-R1-BF16' -> ('unsloth/DeepSeek-R1', 'bfloat16')."""
+    m = _PRECISION_SUFFIX.search(name)
+    if m is None:
+        return name, None
+    return name[: m.start()], "bfloat16" if m.group(1).lower().startswith("b") else "float16"
+
+
 def resolve_model(name_or_path: str | dict[str, Any], root: Path = SHIPPED,
                   read_files: bool = False) -> ResolvedModel:
     """A model from a catalog name, HF id, local path, free text or a config.json (a dict, a
@@ -255,14 +272,16 @@ def resolve_model(name_or_path: str | dict[str, Any], root: Path = SHIPPED,
     if text_cfg is not None:
         return resolve_model(text_cfg, root)
     base, quant = split_quantization(query)
+    base, precision = _split_precision(base)
     index = _model_index(root)
     for k in _model_keys(base):
         if k in index:
             return ResolvedModel(spec=models(root)[index[k]], origin="catalog",
-                                 quantization=quant, query=query)
+                                 quantization=quant, precision=precision, query=query)
     loose = _loose_match(base, root)
     if loose is not None:
-        return ResolvedModel(spec=loose, origin="catalog", quantization=quant, query=query)
+        return ResolvedModel(spec=loose, origin="catalog", quantization=quant,
+                             precision=precision, query=query)
     close = _close_matches(_model_keys(base)[0], list(index), 0.6)
     ids = list(dict.fromkeys(index[c] for c in close))
     hint = f"; close: {', '.join(ids)}" if ids else ""

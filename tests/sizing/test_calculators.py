@@ -52,6 +52,16 @@ def test_quantized_name_shrinks_weights_not_kv() -> None:
     assert awq.memory.weights_gib < bf16.memory.weights_gib / 3
 
 
+def test_a_16_bit_build_of_an_fp8_model_weighs_twice_as_much() -> None:
+    fp8 = size("deepseek-ai/DeepSeek-R1", "H200", gpus=8)
+    bf16 = size("unsloth/DeepSeek-R1-BF16", "H200", gpus=8)
+    assert bf16.memory.kv_bytes_per_token == fp8.memory.kv_bytes_per_token
+    assert bf16.memory.weights_gib == pytest.approx(fp8.memory.weights_gib * 2 / 1.02, rel=0.01)
+    assert fp8.fits and not bf16.fits
+    # a precision suffix is not a quantization: the quantize fix is not withheld for it
+    assert bf16.deployment.model_quantization is None
+
+
 def test_does_not_fit_says_what_would() -> None:
     r = size("Llama 3 70B", "A100 80GB", max_model_len=8192)
     assert not r.fits

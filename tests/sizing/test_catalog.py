@@ -23,6 +23,7 @@ from bot.sizing.catalog import UnknownName, gpus, models, resolve_gpu, resolve_m
      "awq"),
     ("Qwen/Qwen2.5-72B-Instruct-GPTQ-Int4", "Qwen/Qwen2.5-72B-Instruct", "gptq"),
     ("deepseek-ai/DeepSeek-R1", "deepseek-ai/DeepSeek-V3", None),
+    ("unsloth/DeepSeek-R1-BF16", "deepseek-ai/DeepSeek-V3", None),
 ])
 def test_resolve_model(query: str, model_id: str, quant: str | None) -> None:
     r = resolve_model(query)
