@@ -222,6 +222,14 @@ class Budget:
         self.budget = self.f.budget_gib or self.f.requested_memory_gib or (
             self.total * self.util if self.total is not None and self.util is not None else None)
         self.available, self.basis = self._available()
+        if self._weights_contradicted():
+            self.notes.append(
+                f"the estimated weights ({self.weights:.2f} GiB) would leave no KV cache, but "
+                "the log shows one: they are not this model's (or not at this TP), so they are "
+                "left out")
+            self.estimated.remove("weights")
+            self.weights = None
+            self.available, self.basis = self._available()
         self.foreign = self._foreign()
         self.free = self.f.free_memory_gib
         if self.free is None and self.f.gpus and self.f.gpus[0].free_mib is not None:
@@ -257,6 +265,16 @@ class Budget:
                           f"{BYTES_PER_PARAM[self.weight_fmt]} B ({self.weight_fmt}) / {shards} "
                           f"rank(s){offload} = {w - (self.f.cpu_offload_gb or 0):.2f} GiB")
         return max(0.0, w - (self.f.cpu_offload_gb or 0.0))
+
+    def _weights_contradicted(self) -> bool:
+        """An estimate of the weights that leaves no KV cache, where the log shows the KV
+        cache sized (blocks, tokens or vLLM's own fitting length): the server got past
+        loading and profiling, so the weights fit; the estimate names another model (a
+        sentence's "qwen-72b works" beside a failing Qwen1.5) or another TP."""
+        f = self.f
+        sized = max(f.gpu_blocks or 0, f.kv_cache_tokens or 0, f.estimated_max_model_len or 0)
+        return ("weights" in self.estimated and self.available is not None
+                and self.available <= 0 and sized > 0)
 
     def _activation(self) -> float | None:
         if self.f.activation_peak_gib is not None:

@@ -58,6 +58,20 @@ def test_v0_max_seq_len_error_tokens() -> None:
     assert s.max_concurrency == 0.82
 
 
+def test_an_estimate_the_log_contradicts_is_left_out() -> None:
+    """Qwen3-16-c: a sentence names qwen-72b (135 GiB at TP 1, more than the A100), but the
+    log's KV cache holds 4464 tokens: the weights fit, so the estimate is not this model's."""
+    facts = Facts(engine="vllm", engine_generation="V0", model="qwen-72b", gpu_name="A100",
+                  gpu_count=2, max_model_len=32_768, kv_cache_tokens=4464)
+    s = compute_sizing(facts)
+    assert s.weights_gib is None and s.kv_cache_available_gib is None
+    assert any("not this model's" in n for n in s.notes)
+    assert s.max_model_len_that_fits == 4464
+    # with no log figure for the KV cache, the same estimate stands
+    unsized = compute_sizing(Facts(**{**facts.known(), "kv_cache_tokens": None}))
+    assert unsized.weights_gib is not None and unsized.weights_gib > 80
+
+
 def test_without_model_geometry_the_log_still_gives_the_fit() -> None:
     s = compute_sizing(Facts(engine="vllm", model="my-private-finetune", max_model_len=131_072,
                              kv_cache_needed_gib=16.0, kv_cache_available_gib=9.97))
