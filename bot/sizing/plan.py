@@ -47,6 +47,7 @@ from bot.sizing.checks import CONDITIONS, foreign_processes_h
 
 MAX_CAUSES = 3  # supported causes shown; the rest are named in one line
 UNDECIDED_CAUSES = 2  # shown as possible when the evidence supports none
+DECISIVE = 0.9  # a supported cause's score at which no second, possible one is named
 CORROBORATION = 0.03  # per further support that holds
 IMPLAUSIBLE = ("non_torch_implausible", "profile_implausible")
 QUOTE_CHARS = 160
@@ -117,6 +118,10 @@ def plan(kb: KB, problems: list[ProblemMatch], facts: Facts,
                  *shown][:MAX_CAUSES]
     if not shown:
         shown = live[:UNDECIDED_CAUSES]
+    elif len(shown) == 1 and shown[0].score < DECISIVE and listed and listed[0]:
+        # one cause the evidence only leans towards: the top problem's next likeliest is
+        # named beside it, as possible, so the second hypothesis is not one click away
+        shown += [sc for sc in live if sc.cause.id in listed[0] and sc not in shown][:1]
     values = template_values(facts, sizing, lookup.model)
     fixes: list[tuple[int, int, int, Fix]] = []
     withheld: list[WithheldFix] = []

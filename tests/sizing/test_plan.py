@@ -194,6 +194,20 @@ def test_nothing_decided_gives_one_first_step(kb: KB) -> None:
     assert "t-tensor-parallel-too-small" in {c.id for c in p.more_causes}
 
 
+def test_a_leaning_cause_gets_the_next_hypothesis_beside_it(kb: KB) -> None:
+    # utilization 0.5 leans towards one cause (0.8): the likeliest other is named as possible,
+    # without a fix of its own
+    p = plan(kb, no_blocks(), Facts(engine="vllm", gpu_memory_utilization=0.5))
+    assert [(c.id, c.supported) for c in p.causes] == [
+        ("t-gpu-memory-utilization-too-low", True), ("t-max-model-len-too-large", False)]
+    assert {f.cause_id for f in p.fixes} == {"t-gpu-memory-utilization-too-low"}
+    # another process holding 40 GiB decides it: that cause stands alone
+    decided = plan(kb, no_blocks(), Facts(engine="vllm", processes=[
+        GpuProcess(pid=4242, used_mib=40 * 1024, is_server=False, source="torch")]))
+    assert [(c.id, c.supported) for c in decided.causes] == [
+        ("t-foreign-process-holds-memory", True)]
+
+
 def test_only_supported_causes_contribute_fixes_once_the_facts_decide(kb: KB) -> None:
     facts = Facts(engine="vllm", model="meta-llama/Llama-3.1-8B-Instruct", max_model_len=131_072,
                   kv_cache_needed_gib=16.0, kv_cache_available_gib=9.97)
