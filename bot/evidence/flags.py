@@ -70,6 +70,12 @@ _TOKEN = lazy(r"\"[^\"]{0,512}\"|'[^']{0,512}'|\S{1,512}")
 _KWARG = lazy(
     r"""(?<![\w.])(\w{1,48})\s{0,3}=\s{0,3}(?:'([^'\n]{0,512})'|"([^"\n]{0,512})"|"""
     r"""["']?([^\s,'")\]}]{1,512}))""")
+# A script's own constant, `MODEL_PATH = "/models/Qwen2-VL-72B-Instruct"`, which a call
+# then names bare: `LLM(model=MODEL_PATH)`
+_ASSIGN = lazy(r"""^\s{0,12}(?P<name>[A-Za-z_]\w{0,40})\s{0,3}=\s{0,3}"""
+               r"""(?:'(?P<a>[^'\n]{1,300})'|"(?P<b>[^"\n]{1,300})")\s{0,3}(?:#.{0,200})?$""")
+_IDENTIFIER = lazy(r"[A-Za-z_]\w{0,40}")
+_PY_CONSTANTS = ("True", "False", "None")
 _DICT_ITEM = lazy(r"""['"](\w{1,48})['"]\s{0,3}:\s{0,3}(?:'([^']{0,512})'|"([^"]{0,512})"|"""
                         r"""([^\s,'"}\]]{1,512}))""")
 _YAML = lazy(
@@ -142,13 +148,15 @@ class FlagsExtractor:
     name: ClassVar[str] = "flags"
     anchors: ClassVar[tuple[str, ...]] = (
         "--", "vllm serve", "lmdeploy serve", "non-default args", *_ECHOES, *_CALLS, "Args {",
-        *_yaml_anchors())
+        '= "', "= '", *_yaml_anchors())
     follow: ClassVar[int] = 12  # continuation lines of `LLM(` calls and `\` commands
 
     def __init__(self) -> None:
         self._in_call = False
         self._continued = False
         self._model_next = False  # `vllm serve \` ended the line: the model starts the next
+        self._names: dict[str, str] = {}  # a pasted script's string constants
+        self._call_keys: set[str] = set()  # the keywords the current call has passed
 
     def feed(self, line: Line, sink: FactSink) -> None:
         text = line.text
@@ -165,10 +173,17 @@ class FlagsExtractor:
         elif (opener := next((c for c in _CALLS if c in text), None)) is not None:
             call = text[text.index(opener) + len(opener):]
             self._in_call = ")" not in call
-            _apply_pairs(_KWARG, call, sink, line.no)
+            self._call_keys = set()
+            self._call_args(call, sink, line.no)
+            if not self._in_call:
+                self._call_closed(sink, line.no)
         elif self._in_call:
             self._in_call = not stripped.startswith(")")
-            _apply_pairs(_KWARG, text, sink, line.no)
+            self._call_args(text, sink, line.no)
+            if not self._in_call:
+                self._call_closed(sink, line.no)
+        elif (assigned := _ASSIGN.match(text)) is not None:
+            self._names[assigned["name"]] = assigned["a"] or assigned["b"]
         elif continued or _is_command(text, stripped):
             self._command(text, sink, line.no)
         else:
@@ -176,6 +191,26 @@ class FlagsExtractor:
 
     def finish(self, sink: FactSink) -> None:
         self._in_call = self._continued = self._model_next = False
+        self._names.clear()
+
+    def _call_args(self, text: str, sink: FactSink, line_no: int) -> None:
+        """A Python call's keyword arguments: a bare name is the script's variable, its value
+        the string constant assigned to it above, else unknown (never the name itself)."""
+        for m in _KWARG.finditer(text):
+            value = next((g for g in m.groups()[1:] if g is not None), "")
+            if (m.group(4) is not None and _IDENTIFIER.fullmatch(value)
+                    and value not in _PY_CONSTANTS):
+                if value not in self._names:
+                    continue
+                value = self._names[value]
+            self._call_keys.add(m.group(1))
+            apply_setting(m.group(1), value, sink, line_no)
+
+    def _call_closed(self, sink: FactSink, line_no: int) -> None:
+        """A whole `LLM(...)` call shows every argument: without tensor_parallel_size the
+        engine runs on one GPU, however many the host has."""
+        if not self._call_keys & {"tensor_parallel_size", "tp", "tp_size"}:
+            sink.set_default("tensor_parallel_size", 1, line_no)
 
     @staticmethod
     def _dict(text: str, sink: FactSink, line_no: int) -> None:

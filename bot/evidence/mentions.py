@@ -41,6 +41,15 @@ _GPU_CONTEXT = lazy(r"\s{0,2}(?:GPU|\(|\d{2,3} ?GB)")
 _NUMBER_WORDS = {"two": 2, "three": 3, "four": 4, "six": 6, "eight": 8}
 # "3 GPUs", "two 24G cards", "8张A800" (a count with no model name next to it)
 _COUNT = lazy(r"(?<![\w.])(?P<count>\d{1,2}) ?(?:x |\* )?(?:GPUs|gpus|GPU cards|cards|张)")
+# "四张80g显卡", "两块A100", "一张4090", "8卡" (Chinese numerals and counters); not "三张图像"
+_CN_COUNT = lazy(r"(?P<count>[一二两三四五六七八九十]|(?<![\dA-Za-z.])\d{1,2}) ?(?:卡|(?:张|块) ?"
+                 r"(?:\d{2,3} ?[gG][bB]? ?)?(?:的)? ?"
+                 r"(?:显卡|卡|GPU|gpu|[AHLVTB]\d{1,3}|RTX|[2345]0[5-9]0))")
+_CN_NUMBERS = {"一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7, "八": 8,
+               "九": 9, "十": 10}
+# Each GPU's memory said with the card: "80g显卡", "24G显存", "a 24GB GPU", "16GB VRAM"
+_MEMORY_SAID = lazy(r"(?<![\dA-Za-z.])(?P<gib>\d{1,3}) ?(?:GB|G|g|gb|GiB) ?(?:的)? ?"
+                    r"(?:显卡|显存|卡|(?:VRAM|vram|GPUs?|cards?)(?![A-Za-z]))")
 # "utilization is set to be 0.6", "gpu_memory_utilization to 0.7", "mem-fraction-static 0.85"
 # (vLLM's own hints print four decimals, "equivalent to --gpu-memory-utilization=0.8800": a
 # value to try, not the setting; people write 0.9 or 0.95)
@@ -67,8 +76,12 @@ class MentionsExtractor:
         "llama", "mistral", "mixtral", "gemma", "deepseek", "phi-", "Phi",
         "lama", "LaMA", "Qwen", "qwen", "istral", "eepSeek", "eepseek", "emma", "gpt-oss", "Phi-",
         "LaVA", "lava", "ntern", "iniCPM", "inicpm", "aichuan", "ranite", "emotron", "tarCoder",
-        "tarcoder", "icuna", "OLMo", "olmo", "utilization", "Utilization", "fraction")
+        "tarcoder", "icuna", "OLMo", "olmo", "utilization", "Utilization", "fraction",
+        "卡", "块", "显存", "VRAM", "vram", "GB GPU", "G GPU", "GB card", "G card")
     follow: ClassVar[int] = 0
+
+    def __init__(self) -> None:
+        self._memory_said: tuple[float, int] | None = None  # each card's GiB, and its line
 
     def feed(self, line: Line, sink: FactSink) -> None:
         text = line.text
@@ -87,6 +100,12 @@ class MentionsExtractor:
                 sink.set_default("gpu_count", n, line.no)
         if sink.get("gpu_count") is None and (c := _COUNT.search(text)):
             sink.set_default("gpu_count", int(c.group("count")), line.no)
+        if sink.get("gpu_count") is None and (c := _CN_COUNT.search(text)):
+            said = c.group("count")
+            sink.set_default("gpu_count", _CN_NUMBERS.get(said) or int(said), line.no)
+        if self._memory_said is None and (g := _MEMORY_SAID.search(text)) and (
+                8 <= int(g.group("gib")) <= 192):
+            self._memory_said = (float(g.group("gib")), line.no)
         if (sink.get("gpu_memory_utilization") is None and sink.get("mem_fraction_static") is None
                 and (u := _UTIL.search(text)) and is_prose(text)):
             # a person's statement of the setting; vLLM's own hints name values to try
@@ -108,7 +127,11 @@ class MentionsExtractor:
         return _FOLD
 
     def finish(self, sink: FactSink) -> None:
-        """Nothing spans lines."""
+        """A card's memory said in words counts only where no line of the paste gave the
+        GPU's total (an OOM line's capacity is set as a default too, and outranks it)."""
+        if self._memory_said is not None and sink.get("gpu_total_gib") is None:
+            sink.set_default("gpu_total_gib", *self._memory_said)
+        self._memory_said = None
 
 
 def _short(match: re.Match[str]) -> bool:
@@ -144,6 +167,8 @@ _PROBES = (
     Probe(_GPU, lambda m: _short(m) and _plausible_gpu(m), last=0),
     Probe(_LOOSE_GPU, _short, last=0),
     Probe(_COUNT, _short, last=0),
+    Probe(_CN_COUNT, _short, last=0),
+    Probe(_MEMORY_SAID, lambda m: _short(m) and 8 <= int(m.group("gib")) <= 192, last=0),
     *(Probe(p, lambda m: _short(m) and _model(m.string) is not None, last=0)
       for p in (_REPO, _FAMILY)),
 )

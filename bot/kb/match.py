@@ -285,8 +285,12 @@ class Matcher:
                 anchor = comp.folded_anchors[idx]
                 candidates.update(comp.by_folded[anchor])
                 if (anchor in comp.phases.said
-                        and _DENIED.search(lowered, max(0, start - 48), start) is None):
-                    said = anchor  # the last one in the line
+                        and _DENIED.search(lowered, max(0, start - 48), start) is None
+                        and (said is None
+                             or comp.phases.said[anchor] <= comp.phases.said[said])):
+                    # of two phases one sentence names ("graph capture fails during
+                    # profiling"), the narrower; of two lines, the later
+                    said = anchor
             if said is not None and (prose := is_prose(text)):
                 self.phase.hear(said)
         if not candidates:

@@ -126,6 +126,23 @@ def test_prose_mentions(text: str, gpu: str | None, count: int | None, model: st
     assert (facts.gpu_name, facts.gpu_count, facts.model) == (gpu, count, model)
 
 
+@pytest.mark.parametrize(("text", "count", "total"), [
+    # Chinese counters and numerals, and each card's memory said with it
+    ("我用四张80g显卡，使用qwen2vl官方仓库提供的vllm脚本，但是一直爆显存", 4, 80.0),
+    ("用8卡跑还是报错", 8, None),
+    ("打算在一张4090上部署两个qwen3-0.6b的模型接口", 1, None),
+    ("我们输入三张1920*1080的图像时，出现了这个错误", None, None),  # three images
+    ("48GB显存load internlm-chat-20b-pytorch-20b 失败", None, 48.0),
+    ("I have two 24G cards and a 24GB GPU", None, 24.0),
+    # a metrics line's percentage and a size in a path are not a card's memory
+    ("GPU KV cache usage: 41.3%, 2048 tokens", None, None),
+    ("/data/models/qwen-7b-chat-int4-4G/", None, None),
+])
+def test_prose_gpu_count_and_memory(text: str, count: int | None, total: float | None) -> None:
+    facts = extract_facts(text)
+    assert (facts.gpu_count, facts.gpu_total_gib) == (count, total)
+
+
 def test_prose_never_overrides_the_evidence() -> None:
     text = ("Running Llama 3 70B on A100 GPU\nvllm serve meta-llama/Llama-3.1-70B -tp 2\n"
             "|   0  NVIDIA H100 80GB HBM3          On  | 00000000:C3:00.0 Off |"

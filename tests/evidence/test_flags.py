@@ -89,6 +89,13 @@ CASES: list[tuple[str, dict[str, Any]]] = [
      {"model": "Qwen/Qwen2.5-72B-Instruct", "max_model_len": 8192, "engine": "vllm"}),
     ("vllm serve \\\n  Qwen/Qwen2.5-72B-Instruct --max-model-len 8192 --tensor-parallel-size 2",
      {"model": "Qwen/Qwen2.5-72B-Instruct", "max_model_len": 8192, "tensor_parallel_size": 2}),
+    # a script's constant named bare in the call; a closed call without a TP size runs TP 1
+    ('MODEL_PATH = "/path/Qwen2-VL-72B-Instruct"\n\nllm = LLM(\n    model=MODEL_PATH,\n'
+     '    limit_mm_per_prompt={"image": 10},\n)',
+     {"model": "/path/Qwen2-VL-72B-Instruct", "tensor_parallel_size": 1}),
+    ("llm = LLM(model=model_name, tensor_parallel_size=4)",
+     {"model": None, "tensor_parallel_size": 4}),
+    ('llm = LLM(model="Qwen/Qwen2-7B",', {"model": "Qwen/Qwen2-7B", "tensor_parallel_size": None}),
     # lmdeploy
     ("lmdeploy serve api_server llm_models/internlm2_5-7b-chat --server-port 23333 --tp 2 "
      "--cache-max-entry-count 0.2",

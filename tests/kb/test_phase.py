@@ -112,6 +112,9 @@ def test_a_non_memory_error_in_a_start_up_phase_is_not_memory(kb: KB, text: str)
     # a description runs in time order: the last phase named is where it failed
     ("It served traffic for weeks; since the upgrade it fails at startup",
      "oom-during-startup-profiling", "startup"),
+    # two phases in one sentence: the narrower is where it failed (aixcl#694)
+    ("Error: CUDA graph capture fails during profiling", "oom-during-startup-profiling",
+     "cuda-graph"),
 ])
 def test_the_users_words_place_an_error_the_log_does_not(kb: KB, said: str, problem: str,
                                                           phase: str) -> None:
