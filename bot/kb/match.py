@@ -53,9 +53,14 @@ _WRAPPER = LazyPattern(r"Engine core initialization failed|See root cause above|
                        r"Error executing method|(?:failed|dead)[,.]? {0,2}terminating")
 # a line showing an exception of its own: the first such line is what the matcher reads
 # A phase phrase the sentence denies: "even before any inference requests are sent" says the
-# failure was not while serving requests. The words just before the phrase are read.
+# failure was not while serving requests; "(e.g., CUDA Graphs)" in torch's own OOM text names
+# an example, not where it failed. The words just before the phrase are read.
 _DENIED = LazyPattern(
-    r"\b(?:before|without|no|not|never|prior to)\b(?:\W{1,3}\w{1,20}){0,3}\W{0,3}$")
+    r"(?:\b(?:before|without|no|not|never|prior to)\b(?:\W{1,3}\w{1,20}){0,3}|"
+    r"\be\.g\.|\bsuch as)\W{0,3}$")
+# ... or the words just after it: "`Profiling CUDA graph memory` is never reached"
+_DENIED_AFTER = LazyPattern(
+    r"[\w`'\" ]{0,30}?\b(?:is|was|gets?|got)? ?(?:never|not) (?:reached|hit|run|started)\b")
 _SHOWN = Probe(LazyPattern("|".join(re.escape(m) for m in EXCEPTION_MARKS)),
                lambda m: _WRAPPER.search(m.string) is None, last=0)
 
@@ -286,6 +291,7 @@ class Matcher:
                 candidates.update(comp.by_folded[anchor])
                 if (anchor in comp.phases.said
                         and _DENIED.search(lowered, max(0, start - 48), start) is None
+                        and _DENIED_AFTER.match(lowered, start + len(anchor)) is None
                         and (said is None
                              or comp.phases.said[anchor] <= comp.phases.said[said])):
                     # of two phases one sentence names ("graph capture fails during

@@ -122,6 +122,19 @@ def test_the_users_words_place_an_error_the_log_does_not(kb: KB, said: str, prob
     assert d.top is not None and (d.top.id, d.top.phase) == (problem, phase)
 
 
+@pytest.mark.parametrize("said", [
+    # vllm#43951: the phase named after the failure, then denied
+    "It OOMs during weight loading, at cumem_allocator.cpp. `Profiling CUDA graph memory` is "
+    "never reached",
+    # torch's own OOM text names CUDA graphs as an example of a private pool
+    "It OOMs while loading weights, 71.20 GiB allocated in private pools (e.g., CUDA Graphs)",
+])
+def test_a_phase_the_sentence_denies_or_gives_as_an_example_places_nothing(kb: KB,
+                                                                          said: str) -> None:
+    d = run(kb, said + ":\n" + OOM + "\n")
+    assert d.top is not None and (d.top.id, d.top.phase) == ("oom-loading-weights", "loading")
+
+
 def test_frames_and_milestones_outrank_the_users_words(kb: KB) -> None:
     text = "It crashes under load after a while:\n" + frames("load_model", "load_weights") + OOM
     d = run(kb, text)
