@@ -31,6 +31,7 @@ from bot.schema import (
     ProblemMatch,
     field_names,
 )
+from bot.sizing.command import CommandReader
 from bot.sizing.plan import plan
 
 MAX_EXCERPT_LINES = 40
@@ -59,8 +60,9 @@ def diagnose(evidence: Evidence, kb: KB, stream: BinaryIO | None = None, *,
     sink = FactSink()
     compiled = compiled_kb(kb)
     matcher = Matcher(compiled)
+    command = CommandReader()
     source, paste = _input(evidence.text, stream, compiled.vocabulary)
-    scanner = Scanner([*(cls() for cls in EXTRACTORS), matcher], large=paste is None,
+    scanner = Scanner([*(cls() for cls in EXTRACTORS), matcher, command], large=paste is None,
                       families=families)
     stats = scanner.scan(source if paste is None else paste.text, sink)
     if paste is not None:
@@ -79,7 +81,8 @@ def diagnose(evidence: Evidence, kb: KB, stream: BinaryIO | None = None, *,
     # causes quote the lines that support them: redacted, as every line that leaves the core
     hits = {sid: [h._replace(line=redact(h.line)) for h in seen]
             for sid, seen in matcher.hits.items()}
-    result = plan(kb, problems, facts, evidence.model_config_json, hits)
+    result = plan(kb, problems, facts, evidence.model_config_json, hits,
+                  command=command.command)
     problems = result.problems
 
     top = problems[0] if problems else None
@@ -101,6 +104,7 @@ def diagnose(evidence: Evidence, kb: KB, stream: BinaryIO | None = None, *,
         input=_input_stats(stats.bytes, stats.lines, stats.binary, stats.long_lines),
         excerpt=_excerpt(problems),
         notes=result.notes,
+        server_command=command.observed,
     )
 
 
@@ -156,6 +160,7 @@ def _guide(kb: KB, problem_id: str) -> Guide:
         prevention=list(p.prevention),
         architecture=p.architecture.strip(),
         faq=[{"q": f.q, "a": f.a} for f in p.faq],
+        affects=p.affects.strip(),
     )
 
 

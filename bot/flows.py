@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from bot.collect.snapshot import Snapshot
     from bot.config import Settings
     from bot.kb.loader import KB
+    from bot.render.present import History
     from bot.store import GroupInfo, HistoryRow
 
 T = TypeVar("T")
@@ -63,11 +64,18 @@ class StoreDown(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Stored:
-    """The incident is in the store; `line` is "incident 14 (group g3): seen 4 times ..."."""
+    """The incident is in the store, with what the store knows of the failure before."""
 
     incident_id: int
     group_id: int
-    line: str
+    history: History
+
+    @property
+    def line(self) -> str:
+        """The terminal's history line: "incident 14: seen 4 times in 7 days on gpu-07; ..."."""
+        from bot.render.present import history_line
+
+        return f"incident {self.incident_id}: {history_line(self.history).plain}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +123,14 @@ def record(d: Diagnosis, asker: Asker, *, source: Source | None = None,
         return Spooled(result.warning or "the incident store is down; the incident is spooled")
     assert result.incident_id is not None and result.group_id is not None
     d.incident_id = result.incident_id
-    return Stored(result.incident_id, result.group_id, result.summary())
+    from bot.render.present import History
+
+    history = History(
+        incident_id=result.incident_id, count=result.count or 1, first_seen=result.first_seen,
+        hosts=(d.host,) if d.host else (), status=result.status or "open",
+        fixed_with=result.last_fix, fixed_by=result.last_fixed_by,
+        fixed_at=result.last_fixed_at)
+    return Stored(result.incident_id, result.group_id, history)
 
 
 # --------------------------------------------------------------------------- diagnosing
@@ -328,6 +343,40 @@ def resolve_with_fix(incident_id: int, fix_id: str, asker: Asker, *,
     group = _store_call(lambda: store_resolve(incident_id, fix=command, who=asker.user,
                                               settings=settings))
     return FixWorked(group, command)
+
+
+@dataclass(frozen=True, slots=True)
+class ShownIncident:
+    """A stored answer to show again: its diagnosis, the history as it stands now, and who
+    fixed it with what since it was posted (None: not fixed since)."""
+
+    diagnosis: Diagnosis
+    history: History
+    fixed: tuple[str, str] | None
+
+
+def shown_incident(incident_id: int, asker: Asker, *, settings: Settings | None = None
+                   ) -> ShownIncident:
+    """Incident `incident_id` of the asker's channel, to redraw its message (Details, "This
+    fixed it"). LookupError for another channel's or none; StoreDown."""
+    from bot.render.present import History
+    from bot.schema import parse
+    from bot.store import incident_view
+
+    view = _store_call(lambda: incident_view(incident_id, settings=settings))
+    if view is None or view.channel != asker.channel:
+        raise LookupError(f"Incident {incident_id} is not an incident of this channel.")
+    d = parse(Diagnosis, {k: v for k, v in view.diagnosis.items() if k != "presented"})
+    g = view.group
+    history = History(
+        incident_id=incident_id, count=g.count, first_seen=g.first_seen,
+        hosts=(g.host,) if g.host else (), status=g.status, fixed_with=g.resolution_fix,
+        fixed_by=g.resolved_by, fixed_at=g.resolved_at, corrections=view.corrections)
+    fixed = None
+    if g.status == "resolved" and g.resolution_fix and g.resolved_at is not None and (
+            g.resolved_at >= view.created_at):
+        fixed = (g.resolved_by or "someone", g.resolution_fix)
+    return ShownIncident(d, history, fixed)
 
 
 def feedback(incident_id: int, asker: Asker, *, note: str,

@@ -44,8 +44,8 @@ def test_a_stored_diagnosis_carries_its_incident_and_the_history_line(
     assert seen == [None]  # shown before the store was touched
     assert isinstance(first.record, Stored) and isinstance(again.record, Stored)
     assert first.diagnosis.incident_id == first.record.incident_id == 1
-    assert first.record.line == "incident 1 (group g1): first time seen"
-    assert again.record.line.startswith("incident 2 (group g1): seen 2 times since ")
+    assert first.record.line == "incident 1: first time seen"
+    assert again.record.line == "incident 2: seen 2 times in 1 day on gpu-07; never marked fixed"
     rows = history(HistoryQuery(host="gpu-07"), settings)
     assert [(r.incident_id, r.source, r.user) for r in rows] == [(2, "cli", "alice"),
                                                                  (1, "cli", "alice")]

@@ -248,6 +248,11 @@ def register(app: App, h: Handlers, submit: Callable[..., None]) -> None:
         ack()
         submit(h.fixed, ActionBody.model_validate(body))
 
+    @app.action(blocks.ACTION_DETAILS)
+    def on_details(ack: Ack, body: dict[str, Any]) -> None:
+        ack()
+        submit(h.details, ActionBody.model_validate(body))
+
     @app.action(blocks.ACTION_WRONG)
     def on_wrong(ack: Ack, body: dict[str, Any], client: WebClient) -> None:
         ack()

@@ -33,6 +33,10 @@ class Outbound:
         self.client.chat_update(channel=channel, ts=ts, text=reply.text, blocks=reply.blocks)
         self._attach(channel, thread, reply)
 
+    def edit(self, channel: str, ts: str, reply: Reply) -> None:
+        """Redraw message `ts` (an answer expanded, collapsed or marked fixed): no file."""
+        self.client.chat_update(channel=channel, ts=ts, text=reply.text, blocks=reply.blocks)
+
     def _attach(self, channel: str, thread: str, reply: Reply) -> None:
         if reply.attachment:
             self.upload(channel, thread, reply.attachment.encode(), reply.attachment_name,

@@ -7,6 +7,7 @@ is touched.
 
     from bot.store import record, history, resolve, feedback, record_command, upgrade
     from bot.store import claim_event_key, thread_incident, incident_origin  # Slack's lookups
+    from bot.store import incident_view  # an answer shown again (Details, "This fixed it")
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
     from bot.store.db import StoreUnavailable as StoreUnavailable
     from bot.store.db import database_problem as database_problem
     from bot.store.repository import IncidentOrigin as IncidentOrigin
+    from bot.store.repository import IncidentView as IncidentView
     from bot.store.repository import claim_event_key as claim_event_key
     from bot.store.repository import (
         drain as drain,
@@ -33,6 +35,7 @@ if TYPE_CHECKING:
         history as history,
     )
     from bot.store.repository import incident_origin as incident_origin
+    from bot.store.repository import incident_view as incident_view
     from bot.store.repository import (
         open_store as open_store,
     )
@@ -91,6 +94,8 @@ _EXPORTS = {
     "thread_incident": "bot.store.repository",
     "incident_origin": "bot.store.repository",
     "IncidentOrigin": "bot.store.repository",
+    "incident_view": "bot.store.repository",
+    "IncidentView": "bot.store.repository",
     "SchemaTooNew": "bot.store.db",
     "RecordResult": "bot.store.views",
     "HistoryRow": "bot.store.views",

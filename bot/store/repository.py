@@ -782,5 +782,44 @@ def incident_origin(
     command = None
     for fix in row.fixes or []:
         if isinstance(fix, dict) and fix_id is not None and fix.get("id") == fix_id:
-            command = str(fix.get("command") or fix.get("title") or fix_id)
+            command = _fix_text(fix) or fix_id
     return IncidentOrigin(row.channel, command)
+
+
+def _fix_text(fix: dict[str, Any]) -> str:
+    """What a fix is remembered by: the flags it sets (`--max-model-len 32768`), which read
+    the same whatever else the server's command line held, else its command."""
+    flags = fix.get("flags")
+    if isinstance(flags, dict) and flags:
+        return " ".join(str(k) if v is True or v is None else f"{k} {v}"
+                        for k, v in flags.items())
+    return str(fix.get("command") or fix.get("title") or "")
+
+
+@dataclass(frozen=True)
+class IncidentView:
+    """A stored incident as its message shows it again: the diagnosis as it was stored, when,
+    where, and its group now (how often seen, whether and how it was fixed since), with the
+    number of "not right" notes left on the group."""
+
+    channel: str | None
+    thread: str | None
+    created_at: datetime
+    diagnosis: dict[str, Any]
+    group: GroupInfo
+    corrections: int
+
+
+def incident_view(incident_id: int, *, settings: Settings | None = None) -> IncidentView | None:
+    """Incident `incident_id` with its group (None: no such incident)."""
+    engine = open_store(settings)
+    with connectivity(), engine.connect() as conn:
+        E = IncidentEvent
+        row = conn.execute(select(E.channel, E.thread, E.created_at, E.diagnosis, E.group_id)
+                           .where(E.id == incident_id)).first()
+        if row is None:
+            return None
+        notes = conn.execute(select(func.count()).select_from(Feedback)
+                             .where(Feedback.group_id == row.group_id)).scalar_one()
+        return IncidentView(row.channel, row.thread, row.created_at, row.diagnosis or {},
+                            _group_info(conn, row.group_id), int(notes))
