@@ -129,7 +129,7 @@ def record(d: Diagnosis, asker: Asker, *, source: Source | None = None,
         incident_id=result.incident_id, count=result.count or 1, first_seen=result.first_seen,
         hosts=(d.host,) if d.host else (), status=result.status or "open",
         fixed_with=result.last_fix, fixed_by=result.last_fixed_by,
-        fixed_at=result.last_fixed_at)
+        fixed_at=result.last_fixed_at, fixed_link=result.last_fix_link)
     return Stored(result.incident_id, result.group_id, history)
 
 
@@ -305,19 +305,23 @@ def resolve(ref: int | str | None, asker: Asker, *, fix: str, note: str | None =
     redacted before it is stored. LookupError: no such incident; ValueError: a bad reference
     or an empty fix; StoreDown."""
     from bot.evidence.redact import redact
+    from bot.store import incident_origin, thread_incident
     from bot.store import resolve as store_resolve
-    from bot.store import thread_incident
 
+    link = None
     if ref is None:
         if asker.channel is not None and asker.thread:
             channel, thread = asker.channel, asker.thread
             ref = _store_call(lambda: thread_incident(channel, thread, settings=settings))
         if ref is None:
             raise NoIncident("no incident was diagnosed in this thread")
+        here = ref
+        origin = _store_call(lambda: incident_origin(int(here), settings=settings))
+        link = origin.permalink if origin else None
     incident = ref
     return _store_call(lambda: store_resolve(
         incident, fix=redact(fix), note=redact(note) if note else None, who=asker.user,
-        settings=settings))
+        link=link, settings=settings))
 
 
 @dataclass(frozen=True, slots=True)
@@ -339,9 +343,9 @@ def resolve_with_fix(incident_id: int, fix_id: str, asker: Asker, *,
     origin = _store_call(lambda: incident_origin(incident_id, fix_id, settings=settings))
     if origin is None or origin.channel != asker.channel or origin.fix_command is None:
         raise LookupError(f"Incident {incident_id} in this channel has no fix {fix_id}.")
-    command = origin.fix_command
+    command, link = origin.fix_command, origin.permalink
     group = _store_call(lambda: store_resolve(incident_id, fix=command, who=asker.user,
-                                              settings=settings))
+                                              link=link, settings=settings))
     return FixWorked(group, command)
 
 
@@ -371,12 +375,22 @@ def shown_incident(incident_id: int, asker: Asker, *, settings: Settings | None 
     history = History(
         incident_id=incident_id, count=g.count, first_seen=g.first_seen,
         hosts=(g.host,) if g.host else (), status=g.status, fixed_with=g.resolution_fix,
-        fixed_by=g.resolved_by, fixed_at=g.resolved_at, corrections=view.corrections)
+        fixed_by=g.resolved_by, fixed_at=g.resolved_at, fixed_link=g.resolution_link,
+        corrections=view.corrections)
     fixed = None
     if g.status == "resolved" and g.resolution_fix and g.resolved_at is not None and (
             g.resolved_at >= view.created_at):
         fixed = (g.resolved_by or "someone", g.resolution_fix)
     return ShownIncident(d, history, fixed)
+
+
+def link_answer(incident_id: int, permalink: str, *, settings: Settings | None = None
+                ) -> None:
+    """Remember where incident `incident_id`'s answer is (a Slack permalink), for the history
+    line's "(thread)" and `inferbot history`. StoreDown."""
+    from bot.store import set_permalink
+
+    _store_call(lambda: set_permalink(incident_id, permalink, settings=settings))
 
 
 def feedback(incident_id: int, asker: Asker, *, note: str,

@@ -214,3 +214,40 @@ def test_secrets_never_reach_the_output(tmp_path: Path) -> None:
         r = cli("diagnose", str(log), "--no-store", *fmt)
         assert r.returncode == 0
         assert token.encode() not in r.stdout and key.encode() not in r.stdout
+
+
+def test_every_problem_s_first_example_fits_twelve_lines_with_its_history(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from bot.kb.loader import load_kb
+
+    kb = load_kb()
+    db = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    for pid in sorted(kb.problems):
+        ex = kb.examples.get(pid)
+        if not ex or not ex.match:
+            continue
+        log = tmp_path / f"{pid}.log"
+        log.write_text(ex.match[0].text)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("INFERBOT_DATABASE_URL", db)
+            assert main(["diagnose", str(log)]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        assert len(lines) <= 12, (pid, lines)
+        assert lines[-1].startswith("incident ") and "inferbot diagnose --full" in lines[-2]
+        assert pid not in "\n".join(lines)  # the problem's id is internal
+
+
+def test_colour_on_a_terminal_only() -> None:
+    from bot.kb.loader import load_kb
+    from bot.render.text import Style, render
+
+    kb = load_kb()
+    from bot.diagnose import diagnose
+    from bot.schema import Evidence
+
+    d = diagnose(Evidence(text=EXAMPLE.read_text()), kb)
+    shown = render(d, style=Style(color=True, width=60))
+    assert "\033[1mmax_model_len needs more KV cache" in shown
+    assert all(len(line) <= 60 for line in render(d, style=Style(width=60)).splitlines())
+    r = cli("diagnose", str(EXAMPLE), "--no-store")
+    assert b"\033[" not in r.stdout  # piped: plain

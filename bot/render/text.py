@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from bot.render.present import History, Line, Presentation, present
 from bot.schema import Diagnosis
 
-FIRST_LINES = 12
+FIRST_LINES = 11  # and the history line after it: 12 in all
 DEFAULT_WIDTH = 100
 
 
@@ -50,7 +50,7 @@ def _line(line: Line, style: Style, indent: str) -> list[str]:
 
 
 def render_presentation(p: Presentation, *, full: bool = False, style: Style = PLAIN) -> str:
-    out = [style.bold(p.title)]
+    out = [style.bold(t) for t in _wrap(p.title, style, "", "")]
     for s in p.first:
         if s.title:
             if s.key == "why" and len(s.lines) == 1:
@@ -61,10 +61,11 @@ def render_presentation(p: Presentation, *, full: bool = False, style: Style = P
             out.extend(_line(line, style, "  "))
     details = p.details
     if not full:
-        shown = [s.title.lower() for s in details if s.title][:4]
-        if shown:
-            out.append(style.dim(f"More ({', '.join(shown)}, ...): inferbot diagnose --full"))
-        return "\n".join(out[:FIRST_LINES])
+        shown = [s.title.lower() for s in details if s.title][:3]
+        more = [style.dim(t) for t in _wrap(
+            f"More ({', '.join(shown)}, ...): inferbot diagnose --full", style, "", "")
+                ] if shown else []
+        return "\n".join([*out[:FIRST_LINES - len(more)], *more])
     for s in details:
         out.append("")
         if s.title:

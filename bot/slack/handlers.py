@@ -144,6 +144,11 @@ class Handlers:
         d, channel, thread = answer.diagnosis, asker.channel or "", asker.thread or ""
         reply = _answer_reply(answer, note="; ".join(notes) or None)
         self.out.update(channel, looking, thread, reply)
+        if isinstance(answer.record, Stored) and (link := self.out.permalink(channel, looking)):
+            try:
+                flows.link_answer(answer.record.incident_id, link, settings=self.settings)
+            except StoreDown:
+                log.warning("the answer's permalink was not stored: the store is down")
         if d.problems and numbers(d):
             # Rendering takes a few hundred ms of CPU: queued behind the answers already
             # waiting, so a burst gets every text answer before the charts.

@@ -37,6 +37,15 @@ class Outbound:
         """Redraw message `ts` (an answer expanded, collapsed or marked fixed): no file."""
         self.client.chat_update(channel=channel, ts=ts, text=reply.text, blocks=reply.blocks)
 
+    def permalink(self, channel: str, ts: str) -> str | None:
+        """The message's permalink (None when Slack does not give one)."""
+        try:
+            link = self.client.chat_getPermalink(channel=channel, message_ts=ts).get("permalink")
+        except SlackApiError as exc:
+            log.warning("no permalink: %s", exc.response.get("error"))
+            return None
+        return str(link) if link else None
+
     def _attach(self, channel: str, thread: str, reply: Reply) -> None:
         if reply.attachment:
             self.upload(channel, thread, reply.attachment.encode(), reply.attachment_name,

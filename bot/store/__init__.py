@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from bot.store.repository import (
         resolve as resolve,
     )
+    from bot.store.repository import set_permalink as set_permalink
     from bot.store.repository import thread_incident as thread_incident
     from bot.store.repository import (
         upgrade as upgrade,
@@ -95,6 +96,7 @@ _EXPORTS = {
     "incident_origin": "bot.store.repository",
     "IncidentOrigin": "bot.store.repository",
     "incident_view": "bot.store.repository",
+    "set_permalink": "bot.store.repository",
     "IncidentView": "bot.store.repository",
     "SchemaTooNew": "bot.store.db",
     "RecordResult": "bot.store.views",

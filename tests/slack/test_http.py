@@ -220,11 +220,14 @@ def test_a_database_outage_still_gets_a_reply(fake: FakeSlack, tmp_path: Path) -
 def test_history_is_answered(endpoint: Endpoint, fake: FakeSlack) -> None:
     endpoint.event(mention(f"```{VLLM_ERROR}```"))
     final_answer(fake)
+    fake.recorder.wait_for("chat.getPermalink")  # stored right after the answer is shown
+    fake.recorder.settle()
     endpoint.event(mention("history max-model-len-exceeds-kv-cache", ts="1717171900.000100"))
     reply = fake.recorder.wait_for("chat.postMessage", 2)[1].args
     text = all_text(reply)
-    assert "History" in text and "max-model-len-exceeds-kv-cache" in text
-    assert "seen 1x" in text
+    assert "History" in text and "needs more KV cache than the GPU has left" in text
+    assert f"open; seen 1x; in C0INCIDENT1 by {ALLOWED}; https://example.slack.com/archives/" \
+        in text
 
 
 def test_size_is_answered(endpoint: Endpoint, fake: FakeSlack) -> None:
@@ -343,6 +346,8 @@ def test_this_fixed_it_is_one_menu_and_edits_the_answer(endpoint: Endpoint,
                                                         fake: FakeSlack) -> None:
     endpoint.event(mention(f"```{VLLM_ERROR}```", ts=THREAD))
     posted = final_answer(fake)
+    fake.recorder.wait_for("chat.getPermalink")  # where the fix will be linked from
+    fake.recorder.settle()
     answer = blocks_of(posted)
     menu = element(answer, "fix_worked")
     assert menu["type"] == "static_select" and menu["placeholder"]["text"] == "This fixed it"
@@ -365,7 +370,10 @@ def test_this_fixed_it_is_one_menu_and_edits_the_answer(endpoint: Endpoint,
                            event_id="Ev0AGAIN"))
     again = all_text(final_answer(fake, 3))
     assert "seen 2 times in 1 day" in again
-    assert f"last fixed just now by <@{ALLOWED}> with --max-model-len 32768" in again
+    # the fix's own thread, linked, as the second block of the next answer
+    link = f"https://example.slack.com/archives/C0INCIDENT1/p{posted['ts'].replace('.', '')}"
+    assert (f"last fixed just now by <@{ALLOWED}> with --max-model-len 32768 "
+            f"(<{link}|thread>)") in again
 
 
 @pytest.mark.slow
@@ -476,7 +484,7 @@ def test_resolve_in_the_thread_records_the_fix(endpoint: Endpoint, fake: FakeSla
     assert "Marked fixed" in done and "--max-model-len 32768" in done
     endpoint.event(mention("history 1d", ts="1717172100.000100", event_id="Ev0HIST"))
     history = all_text(fake.recorder.wait_for("chat.postMessage", 3)[2].args)
-    assert "resolved" in history and "fixed by: --max-model-len 32768" in history
+    assert f"fixed with --max-model-len 32768 by {ALLOWED}" in history
 
 
 @pytest.mark.slow
