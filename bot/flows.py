@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, Literal, TypeVar
 
 from bot.errors import one_line
-from bot.schema import CommandRun, Diagnosis, Evidence, Source
+from bot.schema import CommandRun, Diagnosis, Evidence, Fix, Source, parse
 
 if TYPE_CHECKING:
     from bot.collect.inventory import Inventory
@@ -136,6 +136,16 @@ def record(d: Diagnosis, asker: Asker, *, source: Source | None = None,
 # --------------------------------------------------------------------------- diagnosing
 
 
+def _diagnose(paste: str | BinaryIO, asker: Asker, kb: KB, host: str | None) -> Diagnosis:
+    from bot.diagnose import diagnose
+
+    evidence = Evidence(source=asker.origin, host=host, channel=asker.channel,
+                        thread=asker.thread, user=asker.user)
+    if isinstance(paste, str):
+        return diagnose(dataclasses.replace(evidence, text=paste), kb)
+    return diagnose(evidence, kb, paste)
+
+
 def diagnose_and_record(paste: str | BinaryIO, asker: Asker, kb: KB, *,
                         host: str | None = None, store: bool = True,
                         settings: Settings | None = None,
@@ -143,17 +153,49 @@ def diagnose_and_record(paste: str | BinaryIO, asker: Asker, kb: KB, *,
     """Diagnose a paste (text, or a stream read in bounded chunks), then record it.
     `before_store` sees the diagnosis before the store is touched: an adapter that can show
     the answer first does so there, and the store never delays it."""
-    from bot.diagnose import diagnose
-
-    evidence = Evidence(source=asker.origin, host=host, channel=asker.channel,
-                        thread=asker.thread, user=asker.user)
-    if isinstance(paste, str):
-        d = diagnose(dataclasses.replace(evidence, text=paste), kb)
-    else:
-        d = diagnose(evidence, kb, paste)
+    d = _diagnose(paste, asker, kb, host)
     if before_store is not None:
         before_store(d)
     return Answer(d, record(d, asker, settings=settings) if store else None)
+
+
+@dataclass(frozen=True, slots=True)
+class Repeat:
+    """The paste is the failure this thread was already answered for: no new incident, the
+    paste counted on the first one (`pastes` in all, the first included)."""
+
+    incident_id: int
+    pastes: int
+    first_fix: Fix | None  # the answer's first fix, to ask whether it failed
+    permalink: str | None  # the answer, to show it again
+
+
+def diagnose_in_thread(paste: str, asker: Asker, kb: KB, *,
+                       settings: Settings | None = None) -> Answer | Repeat:
+    """A paste in a chat thread: the same failure as the thread's incident (the same
+    fingerprint) is a Repeat, counted and not stored again; anything else is diagnosed and
+    recorded. A store that is down costs the repeat check, never the answer."""
+    from bot.store import REPEAT, incident_view, thread_incident
+    from bot.store import feedback as store_feedback
+
+    d = _diagnose(paste, asker, kb, None)
+    if asker.channel and asker.thread:
+        channel, thread = asker.channel, asker.thread
+        view = None
+        try:
+            prior = _store_call(lambda: thread_incident(channel, thread, settings=settings))
+            if prior is not None:
+                seen = prior
+                view = _store_call(lambda: incident_view(seen, settings=settings))
+        except StoreDown:
+            pass
+        if view is not None and view.diagnosis.get("fingerprint") == d.fingerprint.digest:
+            _store_call(lambda: store_feedback(seen, note="", who=asker.user, kind=REPEAT,
+                                               settings=settings))
+            fixes = view.diagnosis.get("fixes") or []
+            first = parse(Fix, fixes[0]) if fixes else None
+            return Repeat(seen, view.repeats + 2, first, view.permalink)
+    return Answer(d, record(d, asker, settings=settings))
 
 
 # --------------------------------------------------------------------------- hosts
@@ -364,7 +406,6 @@ def shown_incident(incident_id: int, asker: Asker, *, settings: Settings | None 
     """Incident `incident_id` of the asker's channel, to redraw its message (Details, "This
     fixed it"). LookupError for another channel's or none; StoreDown."""
     from bot.render.present import History
-    from bot.schema import parse
     from bot.store import incident_view
 
     view = _store_call(lambda: incident_view(incident_id, settings=settings))
@@ -393,10 +434,11 @@ def link_answer(incident_id: int, permalink: str, *, settings: Settings | None =
     _store_call(lambda: set_permalink(incident_id, permalink, settings=settings))
 
 
-def feedback(incident_id: int, asker: Asker, *, note: str,
+def feedback(incident_id: int, asker: Asker, *, note: str, kind: str = "wrong_diagnosis",
              settings: Settings | None = None) -> int:
-    """"Wrong diagnosis": a note for the KB maintainers on an incident of the asker's channel
-    (redacted before it is stored); its id. LookupError for another channel's; StoreDown."""
+    """"Not right?" (or "fix_failed"): a note for the KB maintainers on an incident of the
+    asker's channel (redacted before it is stored); its id. LookupError for another
+    channel's; StoreDown."""
     from bot.evidence.redact import redact
     from bot.store import feedback as store_feedback
     from bot.store import incident_origin
@@ -405,7 +447,7 @@ def feedback(incident_id: int, asker: Asker, *, note: str,
     if origin is None or origin.channel != asker.channel:
         raise LookupError(f"Incident {incident_id} is not an incident of this channel.")
     return _store_call(lambda: store_feedback(incident_id, note=redact(note), who=asker.user,
-                                              settings=settings))
+                                              kind=kind, settings=settings))
 
 
 def upgrade_store(settings: Settings | None = None) -> str | None:

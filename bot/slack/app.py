@@ -253,6 +253,15 @@ def register(app: App, h: Handlers, submit: Callable[..., None]) -> None:
         ack()
         submit(h.details, ActionBody.model_validate(body))
 
+    @app.action(blocks.ACTION_FIX_FAILED)
+    def on_fix_failed(ack: Ack, body: dict[str, Any]) -> None:
+        ack()
+        submit(h.fix_failed, ActionBody.model_validate(body))
+
+    @app.action(blocks.ACTION_SHOW)
+    def on_show(ack: Ack) -> None:
+        ack()  # a link: Slack opens it, nothing to do here
+
     @app.action(blocks.ACTION_WRONG)
     def on_wrong(ack: Ack, body: dict[str, Any], client: WebClient) -> None:
         ack()

@@ -38,6 +38,8 @@ FIRST_BLOCKS = 5  # the first screen, on a phone
 FIRST_CHARS = 700
 
 ACTION_DETAILS = "details"
+ACTION_FIX_FAILED = "fix_failed"
+ACTION_SHOW = "show_answer"
 ACTION_COLLECT = "collect_host"
 ACTION_FIXED = "fix_worked"
 ACTION_WRONG = "wrong_diagnosis"
@@ -278,6 +280,30 @@ def _answer_actions(p: Presentation, incident_id: int | None, host: str | None,
     return out
 
 
+def ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+def repeat_reply(incident_id: int, pastes: int, fix_id: str | None,
+                 permalink: str | None) -> Reply:
+    """The same failure pasted again in its thread: one line, not a second answer."""
+    ask = ": did fix 1 not work?" if fix_id else "."
+    text = f"Same failure as above, {ordinal(pastes)} paste{ask}"
+    elements: list[Block] = []
+    if fix_id:
+        elements.append(button("Mark fix 1 failed", ACTION_FIX_FAILED,
+                               f"{incident_id}:{fix_id}", "danger"))
+    if permalink:
+        show = button("Show the answer", ACTION_SHOW, str(incident_id))
+        show["url"] = permalink
+        elements.append(show)
+    bs = [context(esc(text))]
+    if elements:
+        bs.append({"type": "actions", "block_id": "repeat_actions", "elements": elements})
+    return Reply(text=esc(text), blocks=bs)
+
+
 HELP = """*inferbot* diagnoses vLLM / SGLang / TGI failures. Mention me or use `/inferbot`:
 • paste an error (a code block or a snippet file): the cause, the numbers, the fix
 • `check HOST`: collect nvidia-smi, flags and logs from an inventory host, then diagnose
@@ -305,11 +331,11 @@ def kb_reply(version: str, content_hash: str, changelog: list[tuple[str, str, li
 
 
 def feedback_modal(incident_id: int, channel: str, thread: str) -> Block:
-    """The "Wrong diagnosis" modal; private_metadata carries where to answer."""
+    """The "Not right?" modal; private_metadata carries where to answer."""
     meta = json.dumps({"incident_id": incident_id, "channel": channel, "thread": thread})
     return {
         "type": "modal", "callback_id": VIEW_WRONG, "private_metadata": meta,
-        "title": {"type": "plain_text", "text": "Wrong diagnosis"},
+        "title": {"type": "plain_text", "text": "Not right?"},
         "submit": {"type": "plain_text", "text": "Send"},
         "close": {"type": "plain_text", "text": "Cancel"},
         "blocks": [

@@ -109,7 +109,13 @@ class Handlers:
                                        + blocks.HELP)
                 self.out.update(msg.channel, looking, msg.thread, reply)
                 return
-            answer = flows.diagnose_and_record(text, asker, self.kb(), settings=self.settings)
+            answer = flows.diagnose_in_thread(text, asker, self.kb(), settings=self.settings)
+            if isinstance(answer, flows.Repeat):
+                metrics.FEEDBACK.inc("repeat")
+                first = answer.first_fix.id if answer.first_fix else None
+                self.out.update(msg.channel, looking, msg.thread, blocks.repeat_reply(
+                    answer.incident_id, answer.pastes, first, answer.permalink))
+                return
             self.answer(answer, asker, looking, notes)
         except Exception as exc:  # never leave "Looking…" standing
             self.out.update(msg.channel, looking, msg.thread, blocks.message(
@@ -311,11 +317,31 @@ class Handlers:
                               can_collect_from=_collectable(d), expanded=expanded, fixed=fixed)
         self.out.edit(channel, ts, reply)
 
+    def fix_failed(self, body: ActionBody) -> None:
+        """"Mark fix 1 failed" on a repeat: stored as feedback on the thread's incident."""
+        channel = body.channel.id if body.channel else ""
+        m = FIX_VALUE.match(body.value)
+        if m is None:
+            log.warning("fix_failed: malformed value refused")
+            return
+        asker = Asker(origin="slack", user=body.user.id, channel=channel, thread=body.thread)
+        try:
+            flows.feedback(int(m.group(1)), asker, note=f"fix {m.group(2)} did not work",
+                           kind="fix_failed", settings=self.settings)
+            metrics.FEEDBACK.inc("fix_failed")
+            text = "Recorded: fix 1 did not work. The knowledge-base maintainers will see it."
+        except StoreDown:
+            text = "The incident store is unavailable; nothing was recorded."
+        except LookupError as exc:
+            text = str(exc)
+        self.out.ephemeral(channel, body.user.id, body.thread, text)
+
     def wrong(self, meta: FeedbackMeta, note: str, user: str) -> None:
-        """"Wrong diagnosis" submitted: stored as feedback on an incident of that channel."""
+        """"Not right?" submitted: stored as feedback on an incident of that channel."""
         asker = Asker(origin="slack", user=user, channel=meta.channel, thread=meta.thread)
         try:
             flows.feedback(meta.incident_id, asker, note=note, settings=self.settings)
+            metrics.FEEDBACK.inc("wrong_diagnosis")
             text = f"Thanks: your note on incident {meta.incident_id} was recorded."
         except StoreDown:
             text = "The incident store is unavailable; your note was not recorded."

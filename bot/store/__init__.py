@@ -19,6 +19,9 @@ if TYPE_CHECKING:
     from bot.store.db import SchemaTooNew as SchemaTooNew
     from bot.store.db import StoreUnavailable as StoreUnavailable
     from bot.store.db import database_problem as database_problem
+    from bot.store.repository import FIX_FAILED as FIX_FAILED
+    from bot.store.repository import REPEAT as REPEAT
+    from bot.store.repository import WRONG as WRONG
     from bot.store.repository import IncidentOrigin as IncidentOrigin
     from bot.store.repository import IncidentView as IncidentView
     from bot.store.repository import claim_event_key as claim_event_key
@@ -96,6 +99,9 @@ _EXPORTS = {
     "incident_origin": "bot.store.repository",
     "IncidentOrigin": "bot.store.repository",
     "incident_view": "bot.store.repository",
+    "REPEAT": "bot.store.repository",
+    "FIX_FAILED": "bot.store.repository",
+    "WRONG": "bot.store.repository",
     "set_permalink": "bot.store.repository",
     "IncidentView": "bot.store.repository",
     "SchemaTooNew": "bot.store.db",

@@ -534,6 +534,9 @@ def history(
         G.resolved_by,
         G.resolved_at,
         G.resolution_link,
+        select(func.count()).select_from(Feedback)
+        .where(Feedback.group_id == G.id, Feedback.kind == WRONG)
+        .scalar_subquery().label("corrections"),
     )
     where: list[ColumnElement[bool]] = []
     found = Search(search_terms(search or ""))
@@ -607,6 +610,7 @@ def _history_row(r: Row[Any]) -> HistoryRow:
         resolved_at=r.resolved_at,
         permalink=r.permalink,
         resolution_link=r.resolution_link,
+        corrections=r.corrections,
     )
 
 
@@ -700,12 +704,16 @@ def resolve(
         return _retry_locked(attempt)
 
 
+# Feedback kinds: "Not right?" notes, a pasted again in its thread, a fix that did not work.
+WRONG, REPEAT, FIX_FAILED = "wrong_diagnosis", "repeat", "fix_failed"
+
+
 def feedback(
     ref: int | str,
     *,
     note: str,
     who: str | None = None,
-    kind: str = "wrong_diagnosis",
+    kind: str = WRONG,
     settings: Settings | None = None,
 ) -> int:
     """Record a verdict on a diagnosis (default: "wrong diagnosis" with a note). `ref` is an
@@ -829,8 +837,9 @@ class IncidentView:
     created_at: datetime
     diagnosis: dict[str, Any]
     group: GroupInfo
-    corrections: int
+    corrections: int  # "not right" notes on the group
     permalink: str | None
+    repeats: int = 0  # times this incident's failure was pasted again in its thread
 
 
 def incident_view(incident_id: int, *, settings: Settings | None = None) -> IncidentView | None:
@@ -842,10 +851,13 @@ def incident_view(incident_id: int, *, settings: Settings | None = None) -> Inci
                                   E.permalink).where(E.id == incident_id)).first()
         if row is None:
             return None
-        notes = conn.execute(select(func.count()).select_from(Feedback)
-                             .where(Feedback.group_id == row.group_id)).scalar_one()
+        notes = conn.execute(select(func.count()).select_from(Feedback).where(
+            Feedback.group_id == row.group_id, Feedback.kind == WRONG)).scalar_one()
+        repeats = conn.execute(select(func.count()).select_from(Feedback).where(
+            Feedback.event_id == incident_id, Feedback.kind == REPEAT)).scalar_one()
         return IncidentView(row.channel, row.thread, row.created_at, row.diagnosis or {},
-                            _group_info(conn, row.group_id), int(notes), row.permalink)
+                            _group_info(conn, row.group_id), int(notes), row.permalink,
+                            int(repeats))
 
 
 def set_permalink(incident_id: int, permalink: str, *, settings: Settings | None = None) -> None:

@@ -68,6 +68,7 @@ class HistoryRow(BaseModel):
     resolved_at: datetime | None
     permalink: str | None = None  # the answer's Slack message
     resolution_link: str | None = None  # the answer the fix was recorded on
+    corrections: int = 0  # "not right" notes people left on the failure
 
 
 class GroupInfo(BaseModel):
@@ -172,7 +173,10 @@ def format_history_text(rows: list[HistoryRow]) -> str:
         )
         where = " ".join(filter(None, [f"in {r.channel}" if r.channel else None,
                                        f"by {r.user}" if r.user else None]))
-        out.append(f"    {status_words(r)}; seen {r.count}x" + (f"; {where}" if where else "")
+        notes = (f"; {r.corrections} note{'s' if r.corrections != 1 else ''}: not right"
+                 if r.corrections else "")
+        out.append(f"    {status_words(r)}; seen {r.count}x{notes}"
+                   + (f"; {where}" if where else "")
                    + (f"; {r.permalink}" if r.permalink else ""))
         first = next((ln for ln in r.excerpt.splitlines() if ln.strip()), "")
         if first:

@@ -400,12 +400,15 @@ def test_details_expands_the_answer_in_place_and_less_folds_it(endpoint: Endpoin
     assert names.count("diagnosis.txt") == 1
 
 
-def test_wrong_diagnosis_opens_a_modal_and_stores_the_note(endpoint: Endpoint,
-                                                           fake: FakeSlack) -> None:
+def test_not_right_opens_a_modal_stores_counts_and_shows_the_note(endpoint: Endpoint,
+                                                                  fake: FakeSlack) -> None:
+    from bot import metrics
+
+    before = metrics.FEEDBACK.value("wrong_diagnosis")
     endpoint.event(mention(f"```{VLLM_ERROR}```", ts=THREAD))
     answer = blocks_of(final_answer(fake))
-    wrong = next(e for b in answer if b["type"] == "actions" for e in b["elements"]
-                 if e["action_id"] == "wrong_diagnosis")
+    wrong = element(answer, "wrong_diagnosis")
+    assert wrong["text"]["text"] == "Not right?"
     endpoint.interaction(click("wrong_diagnosis", wrong["value"]))
     view = fake.recorder.wait_for("views.open")[0].args["view"]
     view = json.loads(view) if isinstance(view, str) else view
@@ -418,6 +421,42 @@ def test_wrong_diagnosis_opens_a_modal_and_stores_the_note(endpoint: Endpoint,
     assert status == 200 and body in (b"", b"{}")
     thanks = fake.recorder.wait_for("chat.postEphemeral")[0].args
     assert "recorded" in thanks["text"] and thanks["thread_ts"] == THREAD
+    assert metrics.FEEDBACK.value("wrong_diagnosis") == before + 1
+    endpoint.event(mention("history 1d", ts="1717172100.000100", event_id="Ev0HIST"))
+    shown = all_text(fake.recorder.wait_for("chat.postMessage", 2)[1].args)
+    assert "1 note: not right" in shown
+
+
+@pytest.mark.slow
+def test_the_same_failure_again_in_its_thread_is_one_line_and_no_new_incident(
+        endpoint: Endpoint, fake: FakeSlack, settings: Settings) -> None:
+    from bot.flows import HistoryQuery, history
+
+    endpoint.event(mention(f"```{VLLM_ERROR}```", ts=THREAD))
+    first = final_answer(fake)
+    fake.recorder.wait_for("chat.getPermalink")
+    fake.recorder.settle()
+    for n, ts in ((2, "1717172000.000100"), (3, "1717172100.000100")):
+        endpoint.event(mention(f"still down\n```{VLLM_ERROR}```", ts=ts, thread_ts=THREAD,
+                               event_id=f"Ev0AGAIN{n}"))
+        short = final_answer(fake, n)
+        shown = blocks_of(short)
+        assert len(shown) == 2 and shown[0]["type"] == "context"  # one line and its buttons
+        assert "\n" not in shown[0]["elements"][0]["text"] and len(blocks_of(first)) > 2
+        nth = "2nd" if n == 2 else "3rd"
+        assert f"Same failure as above, {nth} paste: did fix 1 not work?" in all_text(short)
+    failed = element(shown, "fix_failed")
+    assert failed["text"]["text"] == "Mark fix 1 failed"
+    assert element(shown, "show_answer")["url"].startswith("https://example.slack.com/")
+    assert [r.incident_id for r in history(HistoryQuery(), settings)] == [1]  # no new one
+    endpoint.interaction(click("fix_failed", failed["value"]))
+    assert "did not work" in fake.recorder.wait_for("chat.postEphemeral")[0].args["text"]
+    # another failure in the same thread is a new answer
+    endpoint.event(mention("```torch.OutOfMemoryError: CUDA out of memory. Tried to allocate "
+                           "2.00 GiB. GPU 0 has a total capacity of 79.10 GiB of which 1.00 "
+                           "GiB is free.```", ts="1717172200.000100", thread_ts=THREAD,
+                           event_id="Ev0OTHER"))
+    assert len(blocks_of(final_answer(fake, 4))) > 2
 
 
 def test_a_forged_modal_metadata_is_rejected(endpoint: Endpoint, fake: FakeSlack) -> None:
