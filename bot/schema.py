@@ -416,6 +416,15 @@ class Guide(Strict):
 
 
 @dataclass(slots=True, kw_only=True)
+class Raised(Strict):
+    """The Python exception a paste that matched no known problem ends with."""
+
+    type: str  # JSONDecodeError
+    line: str = ""  # the line that names it, redacted
+    package: str | None = None  # the installed package whose frame raised it; "" your code
+
+
+@dataclass(slots=True, kw_only=True)
 class AnswerLine(Strict):
     """A line of the answer as the terminal prints it."""
 
@@ -464,6 +473,8 @@ class Diagnosis(Strict):
     excerpt: str = ""  # redacted, bounded: the lines that matter, for storage and display
     # the server's command line as the evidence shows it (redacted); fixes are built from it
     server_command: str | None = None
+    # what a paste that matched nothing raised (null when a problem matched)
+    exception: Raised | None = None
     # the answer as shown, with its history line (`--json` only; null where stored)
     presented: Presented | None = None
     # readings the facts set aside, each with why ("not a shortage: 66 GiB were free")

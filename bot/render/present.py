@@ -446,14 +446,32 @@ def _same_line(why: str, quoted: str) -> bool:
     return bool(inner) and inner[:80] in " ".join(quoted.split())
 
 
+def _raised(d: Diagnosis) -> str | None:
+    """What a paste that matched nothing raised, in words."""
+    r = d.exception
+    if r is None:
+        return None
+    where = ("in your code" if r.package == "" else f"raised in {r.package}" if r.package
+             else "")
+    return (f"A Python {r.type}{' ' + where if where else ''}, not an engine or GPU message "
+            "I know.")
+
+
 def _no_match(d: Diagnosis, history: History | None) -> Presentation:
     seen = [d.input.note] if d.input.note else []
+    raised = _raised(d)
+    if raised:
+        seen.append(raised)
     seen += d.notes
     known = {k: v for k, v in d.facts.known().items() if k not in ("gpus", "processes")}
     if not known and not seen:
         seen.append("Nothing in it looks like a vLLM, SGLang, TGI or GPU message I know.")
     help_line = ("Paste the whole error in a code block, attach the server's log (a snippet "
                  "file), or ask for `check HOST` to read the host's own numbers.")
+    if d.exception is not None:
+        help_line = ("If the server failed too, paste its own log (the lines before this "
+                     "traceback, or `docker logs` of the server); the exception itself is in "
+                     "the details.")
     if known:
         read = ", ".join(f"{k}: {v}" for k, v in list(known.items())[:4])
         seen.append(clip(f"I could read {read}, but no failure I know in it.", 300))
@@ -461,6 +479,9 @@ def _no_match(d: Diagnosis, history: History | None) -> Presentation:
     if history is not None:
         sections.append(Section("history", "", [history_line(history)], first=True))
     sections.append(Section("help", "What would help", [Line.of(help_line)], first=True))
+    if d.exception is not None and d.exception.line:
+        sections.append(Section("raised", "The line that raised it",
+                                [Line.of(d.exception.line, "quote")]))
     if known:
         sections.append(Section("read", "What I could read", [
             Line.of(f"{k}: {v}") for k, v in known.items()]))
