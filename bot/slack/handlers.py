@@ -21,7 +21,6 @@ from bot import flows, metrics
 from bot.config import Settings
 from bot.errors import one_line
 from bot.flows import Asker, NotStored, Spooled, Stored, StoreDown
-from bot.render.present import numbers
 from bot.schema import Diagnosis
 from bot.slack import blocks
 from bot.slack.authz import Authorizer
@@ -155,17 +154,20 @@ class Handlers:
                 flows.link_answer(answer.record.incident_id, link, settings=self.settings)
             except StoreDown:
                 log.warning("the answer's permalink was not stored: the store is down")
-        if d.problems and numbers(d):
+        if d.problems:
             # Rendering takes a few hundred ms of CPU: queued behind the answers already
-            # waiting, so a burst gets every text answer before the charts.
+            # waiting, so a burst gets every text answer before the charts (and none is
+            # drawn when the numbers cannot tell a story).
             self.later(self.chart, d, channel, thread)
 
     def chart(self, source: Diagnosis | SizeReport, channel: str, thread: str) -> None:
         from bot.sizing.chart import chart_png
 
-        png = chart_png(source)
-        if png:
-            self.out.upload(channel, thread, png, "memory-budget.png", "GPU memory budget")
+        drawn = chart_png(source)
+        if drawn:
+            png, sentence = drawn
+            self.out.upload(channel, thread, png, "memory-budget.png", "GPU memory budget",
+                            comment=sentence or None)
 
     def size_chart(self, args: list[str], channel: str, thread: str) -> None:
         """The sizing's memory chart, after its text answer (a bad query was answered)."""

@@ -52,13 +52,14 @@ class Outbound:
                         "The full answer")
 
     def upload(self, channel: str, thread: str, content: bytes, filename: str,
-               title: str) -> None:
+               title: str, comment: str | None = None) -> None:
         """files.getUploadURLExternal -> POST the bytes -> files.completeUploadExternal
         (channel_id + thread_ts), which is what files_upload_v2 does. A failed upload is
         logged: the answer it belongs to is already posted."""
         try:
             self.client.files_upload_v2(channel=channel, thread_ts=thread, content=content,
-                                        filename=filename, title=title)
+                                        filename=filename, title=title,
+                                        initial_comment=comment)
         except SlackApiError as exc:
             log.warning("upload of %s failed: %s", filename, exc.response.get("error"))
 

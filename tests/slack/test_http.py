@@ -128,13 +128,15 @@ def test_mention_with_a_fenced_vllm_error_gets_the_answer_in_the_thread(
     full = file_upload(fake, "diagnosis.txt")
     words = b" ".join(full["content"].split())
     assert b"77,824 is the edge" in words and b"How to confirm" in words
-    # the chart: files.getUploadURLExternal -> POST bytes -> completeUploadExternal in thread
-    chart = chart_upload(fake)
-    assert chart["png"].startswith(b"\x89PNG\r\n\x1a\n") and chart["upload_auth"] == ""
-    assert chart["complete"]["channel_id"] == "C0INCIDENT1"
-    assert chart["complete"]["thread_ts"] == "1717171800.000100"
+    # the file: files.getUploadURLExternal -> POST bytes -> completeUploadExternal in thread
+    assert full["complete"]["channel_id"] == "C0INCIDENT1"
+    assert full["complete"]["thread_ts"] == "1717171800.000100"
     methods = [c.method for c in fake.recorder.calls]
     assert methods.index("chat.update") < methods.index("files.completeUploadExternal")
+    # no chart: the paste gives no weights or budget, so a chart would tell nothing
+    fake.recorder.settle()
+    names = [c.args["filename"] for c in fake.recorder.of("files.getUploadURLExternal")]
+    assert names == ["diagnosis.txt"]
     assert len(fake.posts()) == 1
 
 
@@ -235,7 +237,9 @@ def test_size_is_answered(endpoint: Endpoint, fake: FakeSlack) -> None:
     text = all_text(fake.recorder.wait_for("chat.postMessage")[0].args)
     assert "Sizing" in text and "H100" in text
     chart = chart_upload(fake)
-    assert chart["png"].startswith(b"\x89PNG") and chart["complete"]["thread_ts"]
+    assert chart["png"].startswith(b"\x89PNG\r\n\x1a\n") and chart["upload_auth"] == ""
+    assert chart["complete"]["thread_ts"]
+    assert "GiB of KV cache" in chart["complete"]["initial_comment"]  # its one sentence
 
 
 def test_bad_words_get_usage_not_silence(endpoint: Endpoint, fake: FakeSlack) -> None:
