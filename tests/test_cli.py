@@ -251,3 +251,16 @@ def test_colour_on_a_terminal_only() -> None:
     assert all(len(line) <= 60 for line in render(d, style=Style(width=60)).splitlines())
     r = cli("diagnose", str(EXAMPLE), "--no-store")
     assert b"\033[" not in r.stdout  # piped: plain
+
+
+def test_bold_on_a_terminal_unless_no_color(monkeypatch: pytest.MonkeyPatch) -> None:
+    from bot.cli import _style
+
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    assert _style().color
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert not _style().color
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: False)
+    monkeypatch.delenv("NO_COLOR")
+    assert not _style().color

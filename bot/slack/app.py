@@ -258,6 +258,11 @@ def register(app: App, h: Handlers, submit: Callable[..., None]) -> None:
         ack()
         submit(h.fix_failed, ActionBody.model_validate(body))
 
+    @app.action(blocks.ACTION_SIZE_PICK)
+    def on_size_pick(ack: Ack, body: dict[str, Any]) -> None:
+        ack()
+        submit(h.size_pick, ActionBody.model_validate(body))
+
     @app.action(blocks.ACTION_SHOW)
     def on_show(ack: Ack) -> None:
         ack()  # a link: Slack opens it, nothing to do here

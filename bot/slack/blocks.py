@@ -40,6 +40,8 @@ FIRST_CHARS = 700
 ACTION_DETAILS = "details"
 ACTION_FIX_FAILED = "fix_failed"
 ACTION_SHOW = "show_answer"
+ACTION_SIZE_PICK = "size_pick"
+OPTION_VALUE_MAX = 150  # Slack's limit on a menu option's value
 ACTION_COLLECT = "collect_host"
 ACTION_FIXED = "fix_worked"
 ACTION_WRONG = "wrong_diagnosis"
@@ -278,6 +280,44 @@ def _answer_actions(p: Presentation, incident_id: int | None, host: str | None,
     if incident_id is not None and fixed is None:
         out.append(button("Not right?", ACTION_WRONG, str(incident_id)))
     return out
+
+
+def size_choices(kind: str, query: str, close: list[str], catalog: list[str],
+                 asked: list[str]) -> Reply:
+    """`size` named a model or GPU the catalogs do not know: the close matches as buttons, the
+    catalog as a menu, or the model's own config.json pasted; each choice asks `size` again
+    with the name replaced in the words `asked`."""
+    def value(name: str) -> str:
+        return " ".join(name if w == query else w for w in _replaced(asked, query))
+
+    what = "model" if kind == "model" else "GPU"
+    text = f"I do not know the {what} `{esc(query)}`."
+    text += " Did you mean one of these?" if close else " Pick one the catalog has:"
+    if kind == "model":
+        text += ("\nOr paste the model's config.json: `size {…config.json…} on GPU` (it "
+                 "holds the layers, heads and dtype the arithmetic needs).")
+    elements: list[Block] = [button(clip(name, BUTTON_TEXT_MAX), ACTION_SIZE_PICK, value(name))
+                             for name in close[:4] if len(value(name)) <= 2000]
+    options = [{"text": {"type": "plain_text", "text": clip(name, BUTTON_TEXT_MAX)},
+                "value": value(name)} for name in catalog
+               if len(value(name)) <= OPTION_VALUE_MAX][:100]
+    if options:
+        elements.append({"type": "static_select", "action_id": ACTION_SIZE_PICK,
+                         "placeholder": {"type": "plain_text", "text": f"All {what}s"},
+                         "options": options})
+    bs = [section(text)]
+    if elements:
+        bs.append({"type": "actions", "block_id": "size_choices", "elements": elements})
+    return Reply(text=text, blocks=bs)
+
+
+def _replaced(asked: list[str], query: str) -> list[str]:
+    """The words of `asked` with the (possibly several-word) name `query` as one word."""
+    words = query.split()
+    for i in range(len(asked) - len(words) + 1):
+        if [w.lower() for w in asked[i:i + len(words)]] == [w.lower() for w in words]:
+            return [*asked[:i], query, *asked[i + len(words):]]
+    return asked
 
 
 def ordinal(n: int) -> str:

@@ -85,8 +85,7 @@ class Handlers:
             if req.verb == "history":
                 return self.history(req.args)
             if req.verb == "size":
-                text = _size_text(_size(size_query(req.args)))
-                return blocks.preformatted("*Sizing*", text, "sizing.txt")
+                return self.size(req.args)
             if req.verb == "resolve":
                 return self.resolve(req.args, asker)
             if req.verb == "kb":
@@ -98,6 +97,30 @@ class Handlers:
         except ValueError as exc:  # ParseError, and the calculators' unknown model or GPU
             return blocks.message(blocks.esc(one_line(exc)))
         return blocks.help_reply()
+
+    def size(self, args: list[str]) -> Reply:
+        """`size MODEL on GPU ...`; a name the catalogs do not know gets its close matches
+        and the catalog to choose from, never "pass a config.json"."""
+        from bot.sizing.catalog import UnknownName, gpus, models
+
+        try:
+            text = _size_text(_size(size_query(args)))
+        except UnknownName as exc:
+            if not exc.kind:
+                raise
+            catalog = sorted(models()) if exc.kind == "model" else sorted(
+                g.name for g in gpus().values())
+            return blocks.size_choices(exc.kind, exc.query, list(exc.close), catalog, args)
+        return blocks.preformatted("*Sizing*", text, "sizing.txt")
+
+    def size_pick(self, body: ActionBody) -> None:
+        """A model or GPU chosen from `size`'s choices: the sizing, in the same thread."""
+        channel = body.channel.id if body.channel else ""
+        args = body.value.split()
+        asker = Asker(origin="slack", user=body.user.id, channel=channel, thread=body.thread)
+        reply = self.quick(Request(verb="size", args=args), asker)
+        self.out.post(channel, body.thread or "", reply)
+        self.later(self.size_chart, args, channel, body.thread or "")
 
     def paste(self, msg: MessageEvent, req: Request, asker: Asker) -> None:
         looking = self.out.post(msg.channel, msg.thread, blocks.looking("the paste"))

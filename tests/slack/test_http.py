@@ -242,6 +242,28 @@ def test_size_is_answered(endpoint: Endpoint, fake: FakeSlack) -> None:
     assert "GiB of KV cache" in chart["complete"]["initial_comment"]  # its one sentence
 
 
+@pytest.mark.slow
+def test_size_takes_loose_names_and_offers_close_matches_not_a_config_file(
+        endpoint: Endpoint, fake: FakeSlack) -> None:
+    endpoint.event(mention("size llama 8b on a10"))
+    text = all_text(fake.recorder.wait_for("chat.postMessage")[0].args)
+    assert "Llama-3.1-8B" in text and "A10" in text
+    endpoint.event(mention("size lama-3.1-8b-instruct on H100", ts="1717171900.000100",
+                           event_id="Ev0SIZE2"))
+    offer = fake.recorder.wait_for("chat.postMessage", 2)[1].args
+    shown = all_text(offer)
+    assert "pass a config.json" not in shown and "paste the model's config.json" in shown
+    pick = element(blocks_of(offer), "size_pick")
+    assert pick["type"] == "button" and pick["value"].startswith("meta-llama/Llama-3.1-8B")
+    assert pick["value"].endswith(" on H100")
+    menu = [e for b in blocks_of(offer) if b["type"] == "actions" for e in b["elements"]
+            if e["type"] == "static_select"]
+    assert menu and len(menu[0]["options"]) > 5
+    endpoint.interaction(click("size_pick", pick["value"]))
+    sized = all_text(fake.recorder.wait_for("chat.postMessage", 3)[2].args)
+    assert "Sizing" in sized and "H100" in sized
+
+
 def test_bad_words_get_usage_not_silence(endpoint: Endpoint, fake: FakeSlack) -> None:
     endpoint.event(mention("size llama"))
     assert "usage" in all_text(fake.recorder.wait_for("chat.postMessage")[0].args)
