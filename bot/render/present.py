@@ -12,6 +12,7 @@ once; a section with nothing to say is left out.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Literal
@@ -304,14 +305,23 @@ def _quotes(why: str) -> bool:
     return why.startswith(("the log says", "you wrote", "possible:"))
 
 
-def why_line(d: Diagnosis, summary: str) -> str:
-    """Why, in one line: the top supported cause's own reasoning (not a quoted log line, the
-    proof says that), else the first sentence of the KB's short answer."""
+_NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?")
+
+
+def _numbers_in(text: str) -> set[str]:
+    return {n.replace(",", "") for n in _NUMBER.findall(text)}
+
+
+def why_line(d: Diagnosis, summary: str, said: str = "") -> str:
+    """Why, in one line: the top supported cause, with the parts of its reasoning the key
+    numbers (`said`) do not already give (a quoted log line is the proof's, not said again),
+    else the first sentence of the KB's short answer."""
     cause = next((c for c in d.causes if c.supported), None)
-    if cause is not None and cause.why and not _quotes(cause.why):
-        text = cause.why.split("; the log says", 1)[0]
-    elif cause is not None:
-        text = cause.title
+    if cause is not None:
+        known = _numbers_in(said)
+        parts = [p for p in cause.why.split("; ") if p and not _quotes(p)
+                 and len(_numbers_in(p) & known) < 2]
+        text = cause.title + (": " + "; ".join(parts) if parts else "")
     else:
         text = summary.split(". ", 1)[0].rstrip(".")
     text = " ".join(text.split())
@@ -360,7 +370,7 @@ def present(d: Diagnosis, history: History | None = None, *, host: str | None = 
     fixes = d.fixes
     if fixes:
         sections.append(Section("fix", "Run", _fix_lines(fixes[0], full=False), first=True))
-    sections.append(Section("why", "Why", [Line.of(why_line(d, summary))], first=True))
+    sections.append(Section("why", "Why", [Line.of(why_line(d, summary, head))], first=True))
     # ---- the details
     if summary:
         sections.append(Section("summary", "What it means", [Line.of(summary)]))

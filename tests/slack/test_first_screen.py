@@ -144,3 +144,17 @@ def test_a_stored_diagnosis_reads_back(kb_real: KB) -> None:
 
     d = cases(kb_real)[0][1]
     assert parse(Diagnosis, to_data(d)).fixes == d.fixes
+
+
+def test_the_docs_script_renders_answers_to_plain_text(tmp_path: Path) -> None:
+    import runpy
+
+    script = runpy.run_path(str(ROOT / "docs" / "render_slack.py"))
+    assert script["main"]([str(EXAMPLE), "--out", str(tmp_path)]) == 0
+    text = (tmp_path / "slack-answer-vllm-max-model-len.txt").read_text()
+    first, details = text.split("# after Details")
+    assert "# first message: 5 blocks" in first and "[button: Details]" in first
+    assert "[menu: This fixed it: 1. --max-model-len 1048576 -> 32768]" in first
+    assert "[button: Less]" in details and "*How to confirm*" in details
+    for name in ("slack-answer-vllm-max-model-len.txt", "slack-answer-tp-fp8.txt"):
+        assert (ROOT / "docs" / name).is_file()  # the two committed renderings
