@@ -309,6 +309,8 @@ class Fix(Strict):
     # fix is shown as an instruction, never first and never behind a button.
     placeholders: list[str] = field(default_factory=list)
     instruction: str = ""  # what to do by hand when `placeholders` name more than the model
+    # the fix as the container's args list, when the server ran from one (a Kubernetes manifest)
+    args: list[str] | None = None
 
 
 @dataclass(slots=True, kw_only=True)

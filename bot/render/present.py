@@ -12,6 +12,7 @@ once; a section with nothing to say is left out.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -343,6 +344,9 @@ def _fix_lines(fx: Fix, *, full: bool) -> list[Line]:
     lines = [Line.of(fx.command, "command")]
     if fx.change:
         lines.append(Line.of(f"change: {fx.change}"))
+    if full and fx.args:
+        lines.append(Line.of("as the container's args (the manifest):"))
+        lines.append(Line.of("args: " + json.dumps(fx.args), "quote"))
     return lines
 
 

@@ -41,12 +41,23 @@ MAX_COMMAND_CHARS = 2000
 @dataclass(slots=True)
 class ServerCommand:
     """A server's command line: the program, the positional model (vLLM), and the flags in
-    the order written (`None`: an on/off flag)."""
+    the order written (`None`: an on/off flag). `form`: "shell" as typed, or "args" when it
+    was a container's args list (a Kubernetes manifest), where a fix is shown that way too."""
 
     engine: str
     program: tuple[str, ...]
     model: str | None = None
     flags: list[tuple[str, Value]] = field(default_factory=list)
+    form: str = "shell"
+
+    def args(self) -> list[str]:
+        """The flags as a container's args list."""
+        out: list[str] = []
+        for flag, value in self.flags:
+            out.append(flag)
+            if value is not None and value is not True:
+                out.append(_shown(value))
+        return out
 
     def get(self, flag: str) -> Value:
         return next((v for f, v in self.flags if f == flag), None)
@@ -148,6 +159,28 @@ def parse_value(text: str) -> str | int | float:
         return text
 
 
+def from_args(words: list[str]) -> ServerCommand | None:
+    """A container's args list (`args: ["--model", "m", "--max-model-len", "131072"]`) as the
+    `vllm serve` it stands for; None unless it names vLLM's flags."""
+    cmd = _read("vllm", ("vllm", "serve"), [w for w in words if w])
+    names = {f for f, _ in cmd.flags}
+    if not names & {"--model", "--max-model-len", "--tensor-parallel-size",
+                    "--gpu-memory-utilization"}:
+        return None
+    cmd.form = "args"
+    return cmd
+
+
+_INLINE_ARGS = re.compile(r"^\s{0,40}(?:-\s{1,4})?args:\s{0,4}(\[.{0,1900}\])\s{0,40}$")
+_ARGS_KEY = re.compile(r"^\s{0,40}(?:-\s{1,4})?args:\s{0,4}$")
+_ITEM = re.compile(r"^\s{0,40}-\s{1,4}(.{1,500}?)\s{0,40}$")
+
+
+def _unquote(word: str) -> str:
+    word = word.strip()
+    return word[1:-1] if len(word) >= 2 and word[0] == word[-1] and word[0] in "'\"" else word
+
+
 def from_echo(line: str) -> ServerCommand | None:
     """vLLM's `non-default args: {'model': ..., 'max_model_len': 1048576, ...}` as the
     `vllm serve` line it stands for."""
@@ -187,16 +220,27 @@ class CommandReader:
     name: ClassVar[str] = "command"
     anchors: ClassVar[tuple[str, ...]] = (
         "vllm serve", "vllm.entrypoints.openai.api_server", "sglang.launch_server",
-        "text-generation-launcher", _ECHO)
-    follow: ClassVar[int] = 12
+        "text-generation-launcher", _ECHO, "args:")
+    follow: ClassVar[int] = 40  # a shell line's continuations, a manifest's args items
 
     def __init__(self) -> None:
         self.command: ServerCommand | None = None
         self._echo: ServerCommand | None = None
         self._pending = ""
+        self._items: list[str] | None = None  # a manifest's `args:` items being read
 
     def feed(self, line: Line, sink: FactSink) -> None:
         text = line.text.strip()
+        if self._items is not None:
+            item = _ITEM.match(line.text)
+            if item and self.command is None:
+                self._items.append(_unquote(redact(item.group(1))))
+                return
+            self._end_items()
+        if self.command is None and (_ARGS_KEY.match(line.text)
+                                     or _INLINE_ARGS.match(line.text)):
+            self._args(line.text)
+            return
         if self._pending:
             self._pending += " " + text.rstrip("\\").strip()
             if not text.endswith("\\"):
@@ -214,12 +258,31 @@ class CommandReader:
             return
         self._take(text)
 
+    def _args(self, text: str) -> None:
+        inline = _INLINE_ARGS.match(text)
+        if inline is None:
+            self._items = []
+            return
+        try:
+            words = ast.literal_eval(redact(inline.group(1)))
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            return
+        if isinstance(words, list) and all(isinstance(w, (str, int, float)) for w in words):
+            self.command = from_args([str(w) for w in words])
+
+    def _end_items(self) -> None:
+        items, self._items = self._items, None
+        if items and self.command is None:
+            self.command = from_args(items)
+
     def _take(self, text: str) -> None:
         self._pending = ""
         if self.command is None and len(text) <= MAX_COMMAND_CHARS:
             self.command = parse_command(redact(text))
 
     def finish(self, sink: FactSink) -> None:
+        if self._items is not None:
+            self._end_items()
         if self._pending:
             self._take(self._pending)
         if self.command is None:
@@ -239,10 +302,12 @@ def placeholders(command: str) -> list[str]:
 
 @dataclass(frozen=True, slots=True)
 class Applied:
-    """A fix applied to the server's command line: the whole line and the change alone."""
+    """A fix applied to the server's command line: the whole line, the change alone, and the
+    args list when the server ran from one."""
 
     command: str
     change: str
+    args: list[str] | None = None
 
 
 def apply_flags(base: ServerCommand, template: ServerCommand, changes: dict[str, Value],
@@ -252,12 +317,13 @@ def apply_flags(base: ServerCommand, template: ServerCommand, changes: dict[str,
     AWQ_CHECKPOINT_OF_THE_MODEL); every other flag of `base` kept, in its place. `current`:
     the values the server ran with where its command line did not say them (the engine's
     echo, the error), to say the change as "old -> new"."""
-    out = ServerCommand(base.engine, base.program, base.model, list(base.flags))
+    out = ServerCommand(base.engine, base.program, base.model, list(base.flags), base.form)
     said: list[str] = []
     if template.model and _PLACEHOLDER.match(template.model) and template.model != "MODEL":
         said.append(f"model {base.model or 'MODEL'} -> {template.model}")
         out.model = template.model
-    elif out.model is None and base.engine == "vllm" and base.program[-1] == "serve":
+    elif (out.model is None and base.engine == "vllm" and base.program[-1] == "serve"
+          and not base.has("--model")):
         out.model = template.model
     for flag, value in changes.items():
         shown = None if value is True else value
@@ -275,7 +341,7 @@ def apply_flags(base: ServerCommand, template: ServerCommand, changes: dict[str,
                 said.append(f"{flag} {_shown(old)} -> {_shown(shown)}")
             else:
                 said.append(f"add {flag}" + (f" {_word(shown)}" if shown is not None else ""))
-    return Applied(out.text(), "; ".join(said))
+    return Applied(out.text(), "; ".join(said), out.args() if out.form == "args" else None)
 
 
 def change_only(changes: dict[str, Value]) -> str:

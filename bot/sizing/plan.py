@@ -261,7 +261,7 @@ def on_command(fix: Fix, engine: str, command: ServerCommand | None, facts: Fact
         text = applied.command + (f"  # {comment}" if comment else "")
         if command.model:
             text = text.replace("of MODEL", f"of {command.model}")
-        fix = dataclasses.replace(fix, command=text, change=applied.change)
+        fix = dataclasses.replace(fix, command=text, change=applied.change, args=applied.args)
     elif fix.flags:
         fix = dataclasses.replace(fix, change=_change_from_facts(fix.flags, facts))
     elif template is not None and (env := _environment(fix.command)):

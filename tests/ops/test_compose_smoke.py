@@ -289,7 +289,7 @@ def test_compose_stack_answers_a_mention_and_checks_the_demo_host(
     first, second = stack.replicas
     assert first.event(mention(f"```{VLLM_ERROR}```"))[0] == 200
     answer = fake.recorder.wait_for("chat.update", timeout=30)[0]
-    assert "max-model-len-exceeds-kv-cache" in all_text(answer.args)
+    assert "max_model_len needs more KV cache than the GPU has left" in all_text(answer.args)
 
     # the loop without Slack: `docker compose run --rm bot check gpu-demo`
     done = subprocess.run([*stack.program, "check", "gpu-demo", "--json"], env=stack.bot_env,

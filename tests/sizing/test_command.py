@@ -136,3 +136,20 @@ def test_a_checkpoint_to_find_is_an_instruction(kb: KB) -> None:
                                              (16, 16)])
 def test_round_values(limit: int, want: int) -> None:
     assert round_value(limit) == want
+
+
+def test_a_manifest_s_args_list_is_kept_and_the_fix_shown_that_way_too(kb: KB) -> None:
+    manifest = ("        args:\n            - --model\n            - Qwen/Qwen2.5-32B-Instruct\n"
+                "            - --tensor-parallel-size\n            - \"2\"\n"
+                "            - --max-model-len\n            - \"131072\"\n"
+                "            - --port\n            - \"8001\"\n")
+    for paste in (manifest, '        args: ["--model", "Qwen/Qwen2.5-32B-Instruct", '
+                            '"--tensor-parallel-size", "2", "--max-model-len", "131072", '
+                            '"--port", "8001"]\n'):
+        d = run(kb, paste + ERROR)
+        first = d.fixes[0]
+        assert first.args == ["--model", "Qwen/Qwen2.5-32B-Instruct", "--tensor-parallel-size",
+                              "2", "--max-model-len", "32768", "--port", "8001"]
+        assert first.command == ("vllm serve --model Qwen/Qwen2.5-32B-Instruct "
+                                 "--tensor-parallel-size 2 --max-model-len 32768 --port 8001")
+        assert first.change == "--max-model-len 131072 -> 32768"
