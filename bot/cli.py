@@ -331,9 +331,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from bot.collect.inventory import EXAMPLE, LOCAL_NAME, InventoryError, InventoryMissing
-    from bot.flows import check_hosts
+    from bot.flows import Stored, check_hosts
+    from bot.render.jsonout import diagnosis_data
     from bot.render.text import render
-    from bot.schema import to_data
 
     names = [*args.hosts, *([LOCAL_NAME] if args.local else [])]
     if not names:
@@ -347,14 +347,17 @@ def cmd_check(args: argparse.Namespace) -> int:
     except InventoryError as exc:
         raise UsageError(one_line(exc)) from None
     report = []
+    style = _style()
     for a in answers:
         snap, d = a.snapshot, a.answer.diagnosis if a.answer else None
+        rec = a.answer.record if a.answer else None
+        history = rec.history if isinstance(rec, Stored) else None
         if args.json:
             report.append({**snap.model_dump(mode="json", include={
                 "host", "method", "duration_s", "error", "unread"}),
                 "commands": [c.model_dump(mode="json", exclude={"output"})
                              for c in snap.commands],
-                "diagnosis": to_data(d) if d is not None else None})
+                "diagnosis": diagnosis_data(d, history) if d is not None else None})
             continue
         sys.stdout.write(f"== {snap.host} ({snap.method}, {snap.duration_s:.1f} s)\n")
         if snap.error:
@@ -362,8 +365,7 @@ def cmd_check(args: argparse.Namespace) -> int:
             continue
         for line in snap.unread:
             sys.stdout.write(f"   could not read: {line}\n")
-        sys.stdout.write(render(d) + "\n" if d is not None else "")
-        rec = a.answer.record if a.answer else None
+        sys.stdout.write(render(d, full=args.full, style=style) + "\n" if d is not None else "")
         _report(rec, history_line=True)
         sys.stdout.write("\n")
     if args.json:
@@ -539,6 +541,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("hosts", nargs="*", metavar="HOST",
                    help="inventory host names; `localhost` reads this machine")
     p.add_argument("--local", action="store_true", help="also read this machine (NVML)")
+    p.add_argument("--full", "--explain", action="store_true", dest="full",
+                   help="each host's whole answer, not its first screen")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--deadline", type=float, default=30.0, metavar="S",
                    help="seconds each host may take (default 30)")

@@ -37,6 +37,13 @@ def test_repeat_incident_is_counted_and_the_fix_remembered(tmp_path: Path) -> No
     assert "incident 3: first time seen" in other_host.stdout
     hist = json.loads(run(tmp_path, "history", "--host", "gpu-07", "--json").stdout)
     assert [r["incident_id"] for r in hist] == [2, 1]
+    # one state, and who asked from where (a terminal: no channel, no permalink)
+    assert [(r["status"], r["channel"], r["permalink"]) for r in hist] == [
+        ("open", None, None), ("open", None, None)]
+    assert hist[0]["user"] and hist[0]["resolution_fix"] == "--max-model-len 81664"
+    text = run(tmp_path, "history", "--host", "gpu-07").stdout
+    assert "open (back after a fix with --max-model-len 81664 by " in text
+    assert " g1" not in text
 
 
 @pytest.mark.slow
