@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from bot.authoring.examples import ExampleResult
     from bot.flows import Asker, Recorded
     from bot.kb.loader import KB
+    from bot.render.text import Style
     from bot.schema import Diagnosis
     from bot.sizing.calculators import SizeReport
 
@@ -82,13 +83,14 @@ def _asker() -> Asker:
 def cmd_diagnose(args: argparse.Namespace) -> int:
     from bot.flows import diagnose_and_record
     from bot.render.text import render
-    from bot.schema import to_json
 
     kb = _load_kb()
     stream, _name = _open_input(args.file)
 
+    style = _style()
+
     def show(d: Diagnosis) -> None:  # the answer first: storing never delays it
-        sys.stdout.write(render(d) + "\n")
+        sys.stdout.write(render(d, full=args.full, style=style) + "\n")
         sys.stdout.flush()
 
     try:
@@ -101,12 +103,29 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
         if stream is not sys.stdin.buffer:
             stream.close()
     if args.json:
-        sys.stdout.write(to_json(answer.diagnosis, indent=2) + "\n")
+        from bot.flows import Stored
+        from bot.render.jsonout import diagnosis_json
+
+        rec = answer.record
+        history = rec.history if isinstance(rec, Stored) else None
+        sys.stdout.write(diagnosis_json(answer.diagnosis, history) + "\n")
     _report(answer.record, history_line=not args.json)
     sys.stdout.flush()
     if args.chart:
         _write_chart(answer.diagnosis, args.chart)
     return EXIT_OK
+
+
+def _style() -> Style:
+    """Bold and colour on a terminal (unless NO_COLOR is set), none when piped; the width
+    the terminal has."""
+    import os
+    import shutil
+
+    from bot.render.text import Style
+
+    color = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+    return Style(color=color, width=shutil.get_terminal_size((100, 24)).columns - 1)
 
 
 def _report(rec: Recorded | None, *, history_line: bool) -> None:
@@ -312,9 +331,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from bot.collect.inventory import EXAMPLE, LOCAL_NAME, InventoryError, InventoryMissing
-    from bot.flows import check_hosts
+    from bot.flows import Stored, check_hosts
+    from bot.render.jsonout import diagnosis_data
     from bot.render.text import render
-    from bot.schema import to_data
 
     names = [*args.hosts, *([LOCAL_NAME] if args.local else [])]
     if not names:
@@ -328,14 +347,17 @@ def cmd_check(args: argparse.Namespace) -> int:
     except InventoryError as exc:
         raise UsageError(one_line(exc)) from None
     report = []
+    style = _style()
     for a in answers:
         snap, d = a.snapshot, a.answer.diagnosis if a.answer else None
+        rec = a.answer.record if a.answer else None
+        history = rec.history if isinstance(rec, Stored) else None
         if args.json:
             report.append({**snap.model_dump(mode="json", include={
                 "host", "method", "duration_s", "error", "unread"}),
                 "commands": [c.model_dump(mode="json", exclude={"output"})
                              for c in snap.commands],
-                "diagnosis": to_data(d) if d is not None else None})
+                "diagnosis": diagnosis_data(d, history) if d is not None else None})
             continue
         sys.stdout.write(f"== {snap.host} ({snap.method}, {snap.duration_s:.1f} s)\n")
         if snap.error:
@@ -343,8 +365,7 @@ def cmd_check(args: argparse.Namespace) -> int:
             continue
         for line in snap.unread:
             sys.stdout.write(f"   could not read: {line}\n")
-        sys.stdout.write(render(d) + "\n" if d is not None else "")
-        rec = a.answer.record if a.answer else None
+        sys.stdout.write(render(d, full=args.full, style=style) + "\n" if d is not None else "")
         _report(rec, history_line=True)
         sys.stdout.write("\n")
     if args.json:
@@ -409,9 +430,12 @@ def build_parser() -> argparse.ArgumentParser:
                        formatter_class=argparse.RawDescriptionHelpFormatter,
                        description="Diagnose a vLLM / SGLang / TGI error or log.",
                        epilog="examples:\n  inferbot diagnose error.log\n"
+                              "  inferbot diagnose error.log --full\n"
                               "  docker logs vllm 2>&1 | inferbot diagnose - --json\n")
     p.add_argument("file", nargs="?", default="-", metavar="FILE|-",
                    help="log file, or - for standard input (default)")
+    p.add_argument("--full", "--explain", action="store_true", dest="full",
+                   help="the whole answer: all numbers, causes, fixes, checks, prevention")
     p.add_argument("--json", action="store_true", help="print the JSON contract")
     p.add_argument("--host", help="tag the incident with this host name")
     p.add_argument("--no-store", action="store_true", help="do not record the incident")
@@ -517,6 +541,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("hosts", nargs="*", metavar="HOST",
                    help="inventory host names; `localhost` reads this machine")
     p.add_argument("--local", action="store_true", help="also read this machine (NVML)")
+    p.add_argument("--full", "--explain", action="store_true", dest="full",
+                   help="each host's whole answer, not its first screen")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--deadline", type=float, default=30.0, metavar="S",
                    help="seconds each host may take (default 30)")

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import re
 from collections.abc import Sequence
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, ClassVar
 
 from bot.evidence import EXTRACTORS
-from bot.evidence.base import FactSink
+from bot.evidence.base import FactSink, Line
 from bot.evidence.families import FAMILIES, Family
 from bot.evidence.paste import MAX_PASTE_BYTES, Unwrapped, unwrap
 from bot.evidence.redact import redact
@@ -29,12 +30,57 @@ from bot.schema import (
     GuideStep,
     InputStats,
     ProblemMatch,
+    Raised,
     field_names,
 )
+from bot.sizing.command import CommandReader
 from bot.sizing.plan import plan
 
 MAX_EXCERPT_LINES = 40
 MAX_EXCERPT_CHARS = 8000
+# A Python exception as a traceback ends: `json.decoder.JSONDecodeError: Expecting value`.
+_EXCEPTION = re.compile(r"(?:^|[\s:\]])((?:[A-Za-z_]\w{0,40}\.){0,6}[A-Z]\w{0,60}"
+                        r"(?:Error|Exception|Interrupt|Exit))(?::|$)")
+_FRAME = re.compile(r'File "([^"]{1,400})", line \d{1,9}')
+
+
+class ExceptionReader:
+    """A scan consumer: the last Python exception the paste raised and the file of its last
+    frame, which say what a paste that matches no known problem is."""
+
+    name: ClassVar[str] = "exception"
+    anchors: ClassVar[tuple[str, ...]] = ("Error", "Exception", 'File "')
+    follow: ClassVar[int] = 0
+
+    def __init__(self) -> None:
+        self.exception: str | None = None
+        self.line = ""
+        self.frame: str | None = None
+
+    def feed(self, line: Line, sink: FactSink) -> None:
+        frame = _FRAME.search(line.text)
+        if frame:
+            path = frame.group(1).replace("\\", "/")
+            # the standard library only carries the call on: the caller is who raised it
+            if "/lib/python3" not in path or "-packages/" in path:
+                self.frame = path
+            return
+        m = _EXCEPTION.search(line.text)
+        if m:
+            self.exception, self.line = m.group(1).rsplit(".", 1)[-1], line.text
+
+    def finish(self, sink: FactSink) -> None:
+        pass
+
+    def where(self) -> str | None:
+        """Whose code raised it: the package of the last frame, or the user's own code."""
+        if self.frame is None:
+            return None
+        parts = self.frame.split("/")
+        for marker in ("site-packages", "dist-packages"):
+            if marker in parts and parts.index(marker) + 1 < len(parts):
+                return parts[parts.index(marker) + 1].removesuffix(".py")
+        return ""  # not in an installed package: the user's own code
 
 
 _COMPILED: dict[str, CompiledKB] = {}
@@ -59,9 +105,11 @@ def diagnose(evidence: Evidence, kb: KB, stream: BinaryIO | None = None, *,
     sink = FactSink()
     compiled = compiled_kb(kb)
     matcher = Matcher(compiled)
+    command = CommandReader()
+    raised = ExceptionReader()
     source, paste = _input(evidence.text, stream, compiled.vocabulary)
-    scanner = Scanner([*(cls() for cls in EXTRACTORS), matcher], large=paste is None,
-                      families=families)
+    scanner = Scanner([*(cls() for cls in EXTRACTORS), matcher, command, raised],
+                      large=paste is None, families=families)
     stats = scanner.scan(source if paste is None else paste.text, sink)
     if paste is not None:
         # counted on the paste as sent, not on its rebuilt lines
@@ -79,12 +127,21 @@ def diagnose(evidence: Evidence, kb: KB, stream: BinaryIO | None = None, *,
     # causes quote the lines that support them: redacted, as every line that leaves the core
     hits = {sid: [h._replace(line=redact(h.line)) for h in seen]
             for sid, seen in matcher.hits.items()}
-    result = plan(kb, problems, facts, evidence.model_config_json, hits)
+    result = plan(kb, problems, facts, evidence.model_config_json, hits,
+                  command=command.command)
     problems = result.problems
 
     top = problems[0] if problems else None
-    key = fingerprint(top.id if top else None, signature_line(top.evidence if top else []),
-                      evidence.host, facts.model)
+    if top is not None:
+        key = fingerprint(top.id, signature_line(top.evidence), evidence.host, facts.model)
+    else:
+        # Pastes that match nothing do not share one group: the same exception type groups,
+        # else the paste's own last line (the same paste twice is one thing; two unrelated
+        # tracebacks are two).
+        last = _last_line(paste.text if paste is not None else "")
+        key = fingerprint(f"unmatched:{raised.exception}" if raised.exception else None,
+                          None if raised.exception else redact(last), evidence.host,
+                          facts.model)
     return Diagnosis(
         kb_version=kb.version,
         kb_hash=kb.content_hash,
@@ -101,7 +158,14 @@ def diagnose(evidence: Evidence, kb: KB, stream: BinaryIO | None = None, *,
         input=_input_stats(stats.bytes, stats.lines, stats.binary, stats.long_lines),
         excerpt=_excerpt(problems),
         notes=result.notes,
+        server_command=command.observed,
+        exception=Raised(type=raised.exception, line=redact(raised.line)[:500],
+                         package=raised.where()) if raised.exception and not top else None,
     )
+
+
+def _last_line(text: str) -> str:
+    return next((ln for ln in reversed(text.splitlines()) if ln.strip()), "")
 
 
 def _input(text: str, stream: BinaryIO | None, vocabulary: frozenset[str]
@@ -156,6 +220,7 @@ def _guide(kb: KB, problem_id: str) -> Guide:
         prevention=list(p.prevention),
         architecture=p.architecture.strip(),
         faq=[{"q": f.q, "a": f.a} for f in p.faq],
+        affects=p.affects.strip(),
     )
 
 

@@ -20,13 +20,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, Literal, TypeVar
 
 from bot.errors import one_line
-from bot.schema import CommandRun, Diagnosis, Evidence, Source
+from bot.schema import CommandRun, Diagnosis, Evidence, Fix, Source, parse
 
 if TYPE_CHECKING:
     from bot.collect.inventory import Inventory
     from bot.collect.snapshot import Snapshot
     from bot.config import Settings
     from bot.kb.loader import KB
+    from bot.render.present import History
     from bot.store import GroupInfo, HistoryRow
 
 T = TypeVar("T")
@@ -63,11 +64,18 @@ class StoreDown(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Stored:
-    """The incident is in the store; `line` is "incident 14 (group g3): seen 4 times ..."."""
+    """The incident is in the store, with what the store knows of the failure before."""
 
     incident_id: int
     group_id: int
-    line: str
+    history: History
+
+    @property
+    def line(self) -> str:
+        """The terminal's history line: "incident 14: seen 4 times in 7 days on gpu-07; ..."."""
+        from bot.render.present import history_line
+
+        return f"incident {self.incident_id}: {history_line(self.history).plain}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,10 +123,27 @@ def record(d: Diagnosis, asker: Asker, *, source: Source | None = None,
         return Spooled(result.warning or "the incident store is down; the incident is spooled")
     assert result.incident_id is not None and result.group_id is not None
     d.incident_id = result.incident_id
-    return Stored(result.incident_id, result.group_id, result.summary())
+    from bot.render.present import History
+
+    history = History(
+        incident_id=result.incident_id, count=result.count or 1, first_seen=result.first_seen,
+        hosts=(d.host,) if d.host else (), status=result.status or "open",
+        fixed_with=result.last_fix, fixed_by=result.last_fixed_by,
+        fixed_at=result.last_fixed_at, fixed_link=result.last_fix_link)
+    return Stored(result.incident_id, result.group_id, history)
 
 
 # --------------------------------------------------------------------------- diagnosing
+
+
+def _diagnose(paste: str | BinaryIO, asker: Asker, kb: KB, host: str | None) -> Diagnosis:
+    from bot.diagnose import diagnose
+
+    evidence = Evidence(source=asker.origin, host=host, channel=asker.channel,
+                        thread=asker.thread, user=asker.user)
+    if isinstance(paste, str):
+        return diagnose(dataclasses.replace(evidence, text=paste), kb)
+    return diagnose(evidence, kb, paste)
 
 
 def diagnose_and_record(paste: str | BinaryIO, asker: Asker, kb: KB, *,
@@ -128,17 +153,49 @@ def diagnose_and_record(paste: str | BinaryIO, asker: Asker, kb: KB, *,
     """Diagnose a paste (text, or a stream read in bounded chunks), then record it.
     `before_store` sees the diagnosis before the store is touched: an adapter that can show
     the answer first does so there, and the store never delays it."""
-    from bot.diagnose import diagnose
-
-    evidence = Evidence(source=asker.origin, host=host, channel=asker.channel,
-                        thread=asker.thread, user=asker.user)
-    if isinstance(paste, str):
-        d = diagnose(dataclasses.replace(evidence, text=paste), kb)
-    else:
-        d = diagnose(evidence, kb, paste)
+    d = _diagnose(paste, asker, kb, host)
     if before_store is not None:
         before_store(d)
     return Answer(d, record(d, asker, settings=settings) if store else None)
+
+
+@dataclass(frozen=True, slots=True)
+class Repeat:
+    """The paste is the failure this thread was already answered for: no new incident, the
+    paste counted on the first one (`pastes` in all, the first included)."""
+
+    incident_id: int
+    pastes: int
+    first_fix: Fix | None  # the answer's first fix, to ask whether it failed
+    permalink: str | None  # the answer, to show it again
+
+
+def diagnose_in_thread(paste: str, asker: Asker, kb: KB, *,
+                       settings: Settings | None = None) -> Answer | Repeat:
+    """A paste in a chat thread: the same failure as the thread's incident (the same
+    fingerprint) is a Repeat, counted and not stored again; anything else is diagnosed and
+    recorded. A store that is down costs the repeat check, never the answer."""
+    from bot.store import REPEAT, incident_view, thread_incident
+    from bot.store import feedback as store_feedback
+
+    d = _diagnose(paste, asker, kb, None)
+    if asker.channel and asker.thread:
+        channel, thread = asker.channel, asker.thread
+        view = None
+        try:
+            prior = _store_call(lambda: thread_incident(channel, thread, settings=settings))
+            if prior is not None:
+                seen = prior
+                view = _store_call(lambda: incident_view(seen, settings=settings))
+        except StoreDown:
+            pass
+        if view is not None and view.diagnosis.get("fingerprint") == d.fingerprint.digest:
+            _store_call(lambda: store_feedback(seen, note="", who=asker.user, kind=REPEAT,
+                                               settings=settings))
+            fixes = view.diagnosis.get("fixes") or []
+            first = parse(Fix, fixes[0]) if fixes else None
+            return Repeat(seen, view.repeats + 2, first, view.permalink)
+    return Answer(d, record(d, asker, settings=settings))
 
 
 # --------------------------------------------------------------------------- hosts
@@ -290,19 +347,23 @@ def resolve(ref: int | str | None, asker: Asker, *, fix: str, note: str | None =
     redacted before it is stored. LookupError: no such incident; ValueError: a bad reference
     or an empty fix; StoreDown."""
     from bot.evidence.redact import redact
+    from bot.store import incident_origin, thread_incident
     from bot.store import resolve as store_resolve
-    from bot.store import thread_incident
 
+    link = None
     if ref is None:
         if asker.channel is not None and asker.thread:
             channel, thread = asker.channel, asker.thread
             ref = _store_call(lambda: thread_incident(channel, thread, settings=settings))
         if ref is None:
             raise NoIncident("no incident was diagnosed in this thread")
+        here = ref
+        origin = _store_call(lambda: incident_origin(int(here), settings=settings))
+        link = origin.permalink if origin else None
     incident = ref
     return _store_call(lambda: store_resolve(
         incident, fix=redact(fix), note=redact(note) if note else None, who=asker.user,
-        settings=settings))
+        link=link, settings=settings))
 
 
 @dataclass(frozen=True, slots=True)
@@ -324,16 +385,60 @@ def resolve_with_fix(incident_id: int, fix_id: str, asker: Asker, *,
     origin = _store_call(lambda: incident_origin(incident_id, fix_id, settings=settings))
     if origin is None or origin.channel != asker.channel or origin.fix_command is None:
         raise LookupError(f"Incident {incident_id} in this channel has no fix {fix_id}.")
-    command = origin.fix_command
+    command, link = origin.fix_command, origin.permalink
     group = _store_call(lambda: store_resolve(incident_id, fix=command, who=asker.user,
-                                              settings=settings))
+                                              link=link, settings=settings))
     return FixWorked(group, command)
 
 
-def feedback(incident_id: int, asker: Asker, *, note: str,
+@dataclass(frozen=True, slots=True)
+class ShownIncident:
+    """A stored answer to show again: its diagnosis, the history as it stands now, and who
+    fixed it with what since it was posted (None: not fixed since)."""
+
+    diagnosis: Diagnosis
+    history: History
+    fixed: tuple[str, str] | None
+
+
+def shown_incident(incident_id: int, asker: Asker, *, settings: Settings | None = None
+                   ) -> ShownIncident:
+    """Incident `incident_id` of the asker's channel, to redraw its message (Details, "This
+    fixed it"). LookupError for another channel's or none; StoreDown."""
+    from bot.render.present import History
+    from bot.store import incident_view
+
+    view = _store_call(lambda: incident_view(incident_id, settings=settings))
+    if view is None or view.channel != asker.channel:
+        raise LookupError(f"Incident {incident_id} is not an incident of this channel.")
+    d = parse(Diagnosis, {k: v for k, v in view.diagnosis.items() if k != "presented"})
+    g = view.group
+    history = History(
+        incident_id=incident_id, count=g.count, first_seen=g.first_seen,
+        hosts=(g.host,) if g.host else (), status=g.status, fixed_with=g.resolution_fix,
+        fixed_by=g.resolved_by, fixed_at=g.resolved_at, fixed_link=g.resolution_link,
+        corrections=view.corrections)
+    fixed = None
+    if g.status == "resolved" and g.resolution_fix and g.resolved_at is not None and (
+            g.resolved_at >= view.created_at):
+        fixed = (g.resolved_by or "someone", g.resolution_fix)
+    return ShownIncident(d, history, fixed)
+
+
+def link_answer(incident_id: int, permalink: str, *, settings: Settings | None = None
+                ) -> None:
+    """Remember where incident `incident_id`'s answer is (a Slack permalink), for the history
+    line's "(thread)" and `inferbot history`. StoreDown."""
+    from bot.store import set_permalink
+
+    _store_call(lambda: set_permalink(incident_id, permalink, settings=settings))
+
+
+def feedback(incident_id: int, asker: Asker, *, note: str, kind: str = "wrong_diagnosis",
              settings: Settings | None = None) -> int:
-    """"Wrong diagnosis": a note for the KB maintainers on an incident of the asker's channel
-    (redacted before it is stored); its id. LookupError for another channel's; StoreDown."""
+    """"Not right?" (or "fix_failed"): a note for the KB maintainers on an incident of the
+    asker's channel (redacted before it is stored); its id. LookupError for another
+    channel's; StoreDown."""
     from bot.evidence.redact import redact
     from bot.store import feedback as store_feedback
     from bot.store import incident_origin
@@ -342,7 +447,7 @@ def feedback(incident_id: int, asker: Asker, *, note: str,
     if origin is None or origin.channel != asker.channel:
         raise LookupError(f"Incident {incident_id} is not an incident of this channel.")
     return _store_call(lambda: store_feedback(incident_id, note=redact(note), who=asker.user,
-                                              settings=settings))
+                                              kind=kind, settings=settings))
 
 
 def upgrade_store(settings: Settings | None = None) -> str | None:

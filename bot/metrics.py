@@ -129,6 +129,11 @@ SLACK_API_ERRORS = Counter(
     "inferbot_slack_api_errors_total",
     "Slack Web API calls that failed, by method and Slack error code (connection: no answer).",
     ("method", "error"))
+FEEDBACK = Counter(
+    "inferbot_feedback_total",
+    "What people said of answers in Slack: wrong_diagnosis ('Not right?'), fix_failed, "
+    "repeat (the same failure pasted again in its thread).",
+    ("kind",))
 DEDUP_HITS = Counter(
     "inferbot_dedup_hits_total",
     "Deliveries not answered because the message was already claimed: by this process "

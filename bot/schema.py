@@ -307,6 +307,15 @@ class Fix(Strict):
     predicted: str = ""
     disruption: int = 5  # 0 = a flag on restart ... 9 = new hardware; the ordering key
     computed: bool = True  # False when the value could not be computed from the evidence
+    # What the fix changes on the server's command line ("--max-model-len 131072 -> 32768";
+    # "--gpu-memory-utilization 0.65" when that line is not known); "" for other commands.
+    change: str = ""
+    # Words of `command` a person must fill in (MODEL, AWQ_CHECKPOINT_OF_THE_MODEL): such a
+    # fix is shown as an instruction, never first and never behind a button.
+    placeholders: list[str] = field(default_factory=list)
+    instruction: str = ""  # what to do by hand when `placeholders` name more than the model
+    # the fix as the container's args list, when the server ran from one (a Kubernetes manifest)
+    args: list[str] | None = None
 
 
 @dataclass(slots=True, kw_only=True)
@@ -410,12 +419,50 @@ class Guide(Strict):
     prevention: list[str] = field(default_factory=list)
     architecture: str = ""
     faq: list[dict[str, str]] = field(default_factory=list)
+    affects: str = ""  # which engines, versions and set-ups the problem concerns
+
+
+@dataclass(slots=True, kw_only=True)
+class Raised(Strict):
+    """The Python exception a paste that matched no known problem ends with."""
+
+    type: str  # JSONDecodeError
+    line: str = ""  # the line that names it, redacted
+    package: str | None = None  # the installed package whose frame raised it; "" your code
+
+
+@dataclass(slots=True, kw_only=True)
+class AnswerLine(Strict):
+    """A line of the answer as the terminal prints it."""
+
+    text: str
+    kind: Literal["text", "command", "quote"] = "text"  # command: to copy; quote: a log line
+
+
+@dataclass(slots=True, kw_only=True)
+class AnswerSection(Strict):
+    """One section of the answer, in reading order (bot.render.present)."""
+
+    key: str  # headline, history, fix, why (the first screen), proof, numbers, causes, ...
+    title: str = ""
+    first: bool = False  # on the first screen; the rest is the details
+    lines: list[AnswerLine] = field(default_factory=list)
+
+
+@dataclass(slots=True, kw_only=True)
+class Presented(Strict):
+    """The answer as the terminal and Slack show it: the same sections, the same words."""
+
+    title: str
+    sections: list[AnswerSection] = field(default_factory=list)
 
 
 @dataclass(slots=True, kw_only=True)
 class Diagnosis(Strict):
     """The core's answer. `to_json(diagnosis)` is the JSON contract."""
 
+    # The contract's version: raised when a field changes meaning (fields are only added).
+    schema_version: int = 2
     kb_version: str
     kb_hash: str = ""
     fingerprint: Fingerprint
@@ -431,6 +478,12 @@ class Diagnosis(Strict):
     guide: Guide | None = None
     input: InputStats = field(default_factory=InputStats)
     excerpt: str = ""  # redacted, bounded: the lines that matter, for storage and display
+    # the server's command line as the evidence shows it (redacted); fixes are built from it
+    server_command: str | None = None
+    # what a paste that matched nothing raised (null when a problem matched)
+    exception: Raised | None = None
+    # the answer as shown, with its history line (`--json` only; null where stored)
+    presented: Presented | None = None
     # readings the facts set aside, each with why ("not a shortage: 66 GiB were free")
     notes: list[str] = field(default_factory=list)
 

@@ -27,10 +27,29 @@ def test_shipped_example_is_diagnosed_with_the_numbers(capsys: pytest.CaptureFix
                                                        ) -> None:
     assert main(["diagnose", str(EXAMPLE), "--no-store"]) == 0
     out = capsys.readouterr().out
-    first = out.splitlines()[0]
-    assert "max-model-len-exceeds-kv-cache" in first
-    assert "81,664" in out or "81664" in out
-    assert "--max-model-len 81664" in out
+    lines = out.splitlines()
+    assert lines[0] == "max_model_len needs more KV cache than the GPU has left"
+    assert len(lines) <= 12 and "inferbot diagnose --full" in lines[-1]
+    assert "high confidence" in out and "128.00 GiB" in out and "9.97 GiB" in out
+    # the command keeps the server's other flags and leaves room for two requests
+    assert ("vllm serve meta-llama/Llama-3.1-8B-Instruct --max-model-len 32768 "
+            "--gpu-memory-utilization 0.9") in out
+    assert "change: --max-model-len 1048576 -> 32768" in out
+    assert "max-model-len-exceeds-kv-cache" not in out  # no internal ids
+
+
+def test_full_shows_every_section_and_evidence_whole(capsys: pytest.CaptureFixture[str]
+                                                     ) -> None:
+    assert main(["diagnose", str(EXAMPLE), "--no-store", "--full"]) == 0
+    out = capsys.readouterr().out
+    for title in ("The lines that show it:", "The numbers:", "Likely causes:",
+                  "All fixes (least disruptive first):", "How to confirm:", "Prevention:",
+                  "FAQ:", "Diagnostic commands:"):
+        assert title in out
+    joined = " ".join(out.split())
+    assert "81,664 is the edge" in joined
+    assert "Try increasing `gpu_memory_utilization` or decreasing `max_model_len`" in joined
+    assert "\033[" not in out  # captured, not a terminal: no colour
 
 
 def test_json_contract(capsys: pytest.CaptureFixture[str]) -> None:
@@ -47,12 +66,16 @@ def test_json_contract(capsys: pytest.CaptureFixture[str]) -> None:
                                                                 14.9889)
     assert f["model"] == "meta-llama/Llama-3.1-8B-Instruct"
     assert d["sizing"]["max_model_len_that_fits"] == 81664
-    assert any(fx["flags"].get("--max-model-len") == 81664 for fx in d["fixes"])
+    assert d["fixes"][0]["flags"] == {"--max-model-len": 32768}
+    assert d["fixes"][0]["change"] == "--max-model-len 1048576 -> 32768"
+    assert d["schema_version"] == 2
+    first = [s for s in d["presented"]["sections"] if s["first"]]
+    assert [s["key"] for s in first] == ["headline", "fix", "why"]
 
 
 def test_stdin_dash(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     r = cli("diagnose", "-", "--no-store", stdin=EXAMPLE.read_bytes())
-    assert r.returncode == 0 and b"max-model-len-exceeds-kv-cache" in r.stdout
+    assert r.returncode == 0 and b"needs more KV cache than the GPU has left" in r.stdout
 
 
 def test_nothing_matched_is_a_plain_answer_with_what_was_read(tmp_path: Path,
@@ -191,3 +214,53 @@ def test_secrets_never_reach_the_output(tmp_path: Path) -> None:
         r = cli("diagnose", str(log), "--no-store", *fmt)
         assert r.returncode == 0
         assert token.encode() not in r.stdout and key.encode() not in r.stdout
+
+
+def test_every_problem_s_first_example_fits_twelve_lines_with_its_history(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from bot.kb.loader import load_kb
+
+    kb = load_kb()
+    db = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    for pid in sorted(kb.problems):
+        ex = kb.examples.get(pid)
+        if not ex or not ex.match:
+            continue
+        log = tmp_path / f"{pid}.log"
+        log.write_text(ex.match[0].text)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("INFERBOT_DATABASE_URL", db)
+            assert main(["diagnose", str(log)]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        assert len(lines) <= 12, (pid, lines)
+        assert lines[-1].startswith("incident ") and "inferbot diagnose --full" in lines[-2]
+        assert pid not in "\n".join(lines)  # the problem's id is internal
+
+
+def test_colour_on_a_terminal_only() -> None:
+    from bot.kb.loader import load_kb
+    from bot.render.text import Style, render
+
+    kb = load_kb()
+    from bot.diagnose import diagnose
+    from bot.schema import Evidence
+
+    d = diagnose(Evidence(text=EXAMPLE.read_text()), kb)
+    shown = render(d, style=Style(color=True, width=60))
+    assert "\033[1mmax_model_len needs more KV cache" in shown
+    assert all(len(line) <= 60 for line in render(d, style=Style(width=60)).splitlines())
+    r = cli("diagnose", str(EXAMPLE), "--no-store")
+    assert b"\033[" not in r.stdout  # piped: plain
+
+
+def test_bold_on_a_terminal_unless_no_color(monkeypatch: pytest.MonkeyPatch) -> None:
+    from bot.cli import _style
+
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    assert _style().color
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert not _style().color
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: False)
+    monkeypatch.delenv("NO_COLOR")
+    assert not _style().color

@@ -27,16 +27,23 @@ def test_repeat_incident_is_counted_and_the_fix_remembered(tmp_path: Path) -> No
     first = run(tmp_path, "diagnose", str(EXAMPLE), "--host", "gpu-07")
     assert first.returncode == 0
     lines = first.stdout.strip().splitlines()
-    assert "max-model-len-exceeds-kv-cache" in lines[0]  # the answer comes first
-    assert lines[-1] == "incident 1 (group g1): first time seen"
+    assert lines[0] == "max_model_len needs more KV cache than the GPU has left"  # answer first
+    assert lines[-1] == "incident 1: first time seen"
     assert run(tmp_path, "resolve", "1", "--fix", "--max-model-len 81664").returncode == 0
     again = run(tmp_path, "diagnose", str(EXAMPLE), "--host", "gpu-07")
-    assert "seen 2 times since" in again.stdout
-    assert "last fixed by: --max-model-len 81664" in again.stdout
+    assert "incident 2: seen 2 times in 1 day on gpu-07; last fixed just now by @" in again.stdout
+    assert "with --max-model-len 81664" in again.stdout
     other_host = run(tmp_path, "diagnose", str(EXAMPLE), "--host", "gpu-08")
-    assert "(group g2): first time seen" in other_host.stdout
+    assert "incident 3: first time seen" in other_host.stdout
     hist = json.loads(run(tmp_path, "history", "--host", "gpu-07", "--json").stdout)
     assert [r["incident_id"] for r in hist] == [2, 1]
+    # one state, and who asked from where (a terminal: no channel, no permalink)
+    assert [(r["status"], r["channel"], r["permalink"]) for r in hist] == [
+        ("open", None, None), ("open", None, None)]
+    assert hist[0]["user"] and hist[0]["resolution_fix"] == "--max-model-len 81664"
+    text = run(tmp_path, "history", "--host", "gpu-07").stdout
+    assert "open (back after a fix with --max-model-len 81664 by " in text
+    assert " g1" not in text
 
 
 @pytest.mark.slow
@@ -52,7 +59,7 @@ def test_database_outage_still_answers_and_spools(tmp_path: Path) -> None:
     down = "postgresql+psycopg://nobody@127.0.0.1:9/none?connect_timeout=2"
     r = run(tmp_path, "diagnose", str(EXAMPLE), db=down)
     assert r.returncode == 0
-    assert "max-model-len-exceeds-kv-cache" in r.stdout.splitlines()[0]
+    assert "needs more KV cache than the GPU has left" in r.stdout.splitlines()[0]
     warning = r.stderr.strip().splitlines()
     assert len(warning) == 1 and "warning" in warning[0] and "Traceback" not in r.stderr
     assert list((tmp_path / "spool").glob("*.json"))

@@ -100,12 +100,13 @@ def test_raising_utilization_is_never_offered_when_others_hold_memory(
             assert float(util) < d.facts.gpu_memory_utilization, fix
 
 
-def test_vllm_estimate_is_used_for_the_max_model_len_fix(kb: KB) -> None:
+def test_the_max_model_len_fix_leaves_headroom_below_vllm_s_estimate(kb: KB) -> None:
     for incident in INCIDENTS:
         d = run(kb, incident)
         est = d.facts.estimated_max_model_len
         if est is None:
             continue
         assert d.sizing is not None and d.sizing.max_model_len_that_fits == est, incident["id"]
+        # the length offered leaves room for two requests at the estimate's capacity
         flags = [f.flags.get("--max-model-len") for f in d.fixes if "--max-model-len" in f.flags]
-        assert est in [int(str(v)) for v in flags], f"{incident['id']}: {flags}"
+        assert flags and all(2 * int(str(v)) <= est for v in flags), f"{incident['id']}: {flags}"

@@ -44,8 +44,8 @@ def test_a_stored_diagnosis_carries_its_incident_and_the_history_line(
     assert seen == [None]  # shown before the store was touched
     assert isinstance(first.record, Stored) and isinstance(again.record, Stored)
     assert first.diagnosis.incident_id == first.record.incident_id == 1
-    assert first.record.line == "incident 1 (group g1): first time seen"
-    assert again.record.line.startswith("incident 2 (group g1): seen 2 times since ")
+    assert first.record.line == "incident 1: first time seen"
+    assert again.record.line == "incident 2: seen 2 times in 1 day on gpu-07; never marked fixed"
     rows = history(HistoryQuery(host="gpu-07"), settings)
     assert [(r.incident_id, r.source, r.user) for r in rows] == [(2, "cli", "alice"),
                                                                  (1, "cli", "alice")]
@@ -107,3 +107,27 @@ def test_a_database_from_a_newer_inferbot_is_one_line_on_the_terminal(
                           "is at revision 0999, newer than this inferbot knows (")
     assert err.endswith("); upgrade inferbot\n") and err.count("\n") == 1
     dispose_engines()
+
+
+def test_pastes_that_match_nothing_do_not_share_one_group(kb: KB, tmp_path: Path) -> None:
+    settings = Settings(database_url=f"sqlite:///{tmp_path / 'db'}", spool_dir=tmp_path / "sp")
+
+    def traceback(exc: str, where: str) -> str:
+        return (f'Traceback (most recent call last):\n  File "{where}", line 3, in <module>\n'
+                f"{exc}: something went wrong\n")
+
+    pastes = [traceback("json.decoder.JSONDecodeError", "/home/me/app.py"),
+              traceback("KeyError", "/srv/venv/lib/python3.12/site-packages/requests/x.py"),
+              "hello, is anyone there?",
+              traceback("json.decoder.JSONDecodeError", "/home/me/other.py")]
+    answers = [diagnose_and_record(p, ALICE, kb, settings=settings) for p in pastes]
+    groups = [a.record.group_id for a in answers if isinstance(a.record, Stored)]
+    assert len(groups) == 4 and len(set(groups[:3])) == 3  # unrelated: three groups
+    assert groups[3] == groups[0]  # the same exception type: one group
+    first = answers[0].diagnosis
+    assert first.exception is not None and first.exception.type == "JSONDecodeError"
+    from bot.render.text import render
+
+    assert "A Python JSONDecodeError in your code, not an engine or GPU message" in render(
+        first)
+    assert "raised in requests" in render(answers[1].diagnosis)

@@ -95,7 +95,7 @@ def test_a_fresh_home_diagnoses_and_keeps_history_in_embedded_sqlite(installed: 
     example = ROOT / "examples" / "vllm-max-model-len.log"
     done = installed.run("diagnose", str(example))
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
-    assert "incident 1 (group g1): first time seen" in done.stdout
+    assert "incident 1: first time seen" in done.stdout
     [row] = json.loads(installed.run("history", "--json").stdout)
     assert row["incident_id"] == 1
     assert (installed.home / ".local/share/inferbot/inferbot.db").is_file()

@@ -29,7 +29,13 @@ _FORBID: dict[str, Any] = {"extra": "forbid"}
 
 
 class UnknownName(ValueError):
-    """A model or GPU the catalogs do not know; the message is one line with close matches."""
+    """A model or GPU the catalogs do not know; the message is one line with close matches.
+    `kind`, `query` and `close` say it again for a front end that offers the matches."""
+
+    def __init__(self, message: str, *, kind: str = "", query: str = "",
+                 close: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.kind, self.query, self.close = kind, query, close
 
 
 def _positive(**values: int | float | None) -> None:
@@ -285,7 +291,8 @@ def resolve_model(name_or_path: str | dict[str, Any], root: Path = SHIPPED,
     close = _close_matches(_model_keys(base)[0], list(index), 0.6)
     ids = list(dict.fromkeys(index[c] for c in close))
     hint = f"; close: {', '.join(ids)}" if ids else ""
-    raise UnknownName(f"unknown model {query!r} (pass a config.json instead){hint}")
+    raise UnknownName(f"unknown model {query!r} (pass a config.json instead){hint}",
+                      kind="model", query=query, close=tuple(ids))
 
 
 _LOOSE_NAME = lazy(r"(?P<family>llama|qwq|qwen|mistral|mixtral|deepseek|gemma|phi|yi|glm)"
@@ -475,4 +482,5 @@ def resolve_gpu(name: str, root: Path = SHIPPED) -> GpuSpec:
     close = _close_matches(key, list(index), 0.5)
     names = list(dict.fromkeys(table[index[c]].name for c in close))
     hint = f"; close: {', '.join(names)}" if names else f"; known: {', '.join(sorted(table))}"
-    raise UnknownName(f"unknown GPU {name!r}{hint}")
+    raise UnknownName(f"unknown GPU {name!r}{hint}", kind="gpu", query=name,
+                      close=tuple(names))

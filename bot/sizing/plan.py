@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import string
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -44,6 +45,15 @@ from bot.sizing.budget import (
 )
 from bot.sizing.catalog import ResolvedModel
 from bot.sizing.checks import CONDITIONS, foreign_processes_h
+from bot.sizing.command import (
+    MODEL_FLAGS,
+    ServerCommand,
+    apply_flags,
+    change_only,
+    parse_command,
+    parse_value,
+    placeholders,
+)
 
 MAX_CAUSES = 3  # supported causes shown; the rest are named in one line
 UNDECIDED_CAUSES = 2  # shown as possible when the evidence supports none
@@ -53,6 +63,11 @@ IMPLAUSIBLE = ("non_torch_implausible", "profile_implausible")
 QUOTE_CHARS = 160
 IMPLIED_CONFIDENCE = 0.6  # a problem the figures show with no line naming it
 DEFAULT_ENGINE = "vllm"
+MAX_FIXES = 3  # an on-call engineer reads three; the KB's others stay in its entries
+# A suggested length leaves room for this many requests of that length at once: at the exact
+# edge the server starts, holds one request, and preempts the rest.
+HEADROOM = 2
+LENGTH_FLAGS = ("--max-model-len", "--context-length", "--max-total-tokens")
 
 
 @dataclass(slots=True, kw_only=True)
@@ -78,13 +93,15 @@ class Scored(NamedTuple):
 
 def plan(kb: KB, problems: list[ProblemMatch], facts: Facts,
          model_config: dict[str, Any] | None = None,
-         hits: Mapping[str, Sequence[SignatureHit]] | None = None) -> Plan:
+         hits: Mapping[str, Sequence[SignatureHit]] | None = None, *,
+         command: ServerCommand | None = None) -> Plan:
     """Rank the causes by the evidence and turn the supported ones' fix templates into
     commands.
 
     Sizing is computed when a matched problem is about memory, or when nothing matched but the
     paste names a model and a GPU (a question such as "will qwen 72b fit on two h100s?"): an
-    NCCL or tokenizer error gets no memory arithmetic forced onto it.
+    NCCL or tokenizer error gets no memory arithmetic forced onto it. `command`: the
+    server's own command line, which the fixes are applied to.
     """
     hits = hits or {}
     asks = not problems and not hits and bool(facts.model and (facts.gpu_name or facts.gpus))
@@ -150,13 +167,166 @@ def plan(kb: KB, problems: list[ProblemMatch], facts: Facts,
             elif sc.cause.id in proposable or (undecided and rank == 0):
                 fixes.append((fix.disruption, rank, len(fixes), fix))
     fixes.sort(key=lambda t: t[:3])
+    finished = finish_fixes([t[3] for t in fixes], engine, facts, sizing, command)
     if undecided:
-        fixes = fixes[:1]
+        finished = finished[:1]
     shown_ids = {sc.cause.id for sc in shown}
     return Plan(sizing=sizing, problems=problems, causes=[_match(sc) for sc in shown],
                 more_causes=[CauseRef(id=sc.cause.id, title=sc.cause.title)
                              for sc in live if sc.cause.id not in shown_ids],
-                fixes=[t[3] for t in fixes], withheld=withheld, notes=notes)
+                fixes=finished, withheld=withheld, notes=notes)
+
+
+def finish_fixes(fixes: list[Fix], engine: str, facts: Facts, sizing: Sizing | None,
+                 command: ServerCommand | None) -> list[Fix]:
+    """The fixes as they are offered: lengths with headroom, each applied to the server's own
+    command line, none that repeats another but for rounding, the ones a person must fill in
+    last, at most MAX_FIXES."""
+    out: list[Fix] = []
+    seen: set[tuple[object, ...]] = set()
+    for fix in fixes:
+        fix = on_command(with_headroom(fix, sizing), engine, command, facts)
+        # two fixes that set the same flags and differ only in a length's value are one fix
+        key = tuple(sorted((f, None if f in LENGTH_FLAGS else str(v))
+                           for f, v in fix.flags.items())) or (fix.command,)
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(fix)
+    out.sort(key=lambda f: bool(f.instruction))  # stable: the planner's order otherwise
+    return out[:MAX_FIXES]
+
+
+def round_value(limit: int) -> int:
+    """The largest config-friendly length <= limit: a power of two or 1.5 times one (16,384,
+    24,576, 32,768, ...), a multiple of 16 below 1,024."""
+    if limit < 1024:
+        return max(limit // 16 * 16, 0)
+    best = 1024
+    power = 1024
+    while power <= limit:
+        best = max(best, power)
+        if power * 3 // 2 <= limit:
+            best = power * 3 // 2
+        power *= 2
+    return best
+
+
+def _edges(sizing: Sizing | None) -> list[int]:
+    """The token capacities the sizing worked out: as configured and after each knob."""
+    if sizing is None:
+        return []
+    x = sizing.extra
+    found = [sizing.max_model_len_that_fits, x.kv_cache_tokens, x.fp8_max_model_len,
+             x.quantized_max_model_len, x.tp_max_model_len]
+    return sorted({v for v in found if v})
+
+
+def with_headroom(fix: Fix, sizing: Sizing | None) -> Fix:
+    """A length flag at (or just below) the KV cache's edge lowered to the largest round
+    value that leaves HEADROOM requests of that length room at once; the edge said in words.
+    A length that already leaves that room is kept."""
+    flag = next((f for f in LENGTH_FLAGS if isinstance(fix.flags.get(f), int)), None)
+    if flag is None:
+        return fix
+    value = fix.flags[flag]
+    assert isinstance(value, int)
+    capacity = next((e for e in _edges(sizing) if e >= value), None)
+    if capacity is None or capacity >= HEADROOM * value:
+        return fix
+    target = round_value(capacity // HEADROOM)
+    if target < 16:
+        return fix
+    command = re.sub(rf"{re.escape(flag)}([ =]){value}\b", rf"{flag}\g<1>{target}",
+                     fix.command)
+    times = capacity / target
+    predicted = (f"{times:.1f}x concurrency at {target:,} tokens: room for {int(times)} "
+                 f"requests of that length at once. {capacity:,} is the edge: the server "
+                 f"starts but holds one such request at a time (1.0x) and preempts the rest")
+    title = fix.title
+    if len(fix.flags) == 1:
+        title = (f"Set {flag} to {target:,}, leaving room for {int(times)} full-length requests "
+                 "(or to what your application needs)")
+    return dataclasses.replace(fix, command=command, flags={**fix.flags, flag: target},
+                               predicted=predicted, title=title)
+
+
+def on_command(fix: Fix, engine: str, command: ServerCommand | None, facts: Facts) -> Fix:
+    """The fix applied to the server's own command line when the evidence shows it and the
+    fix restarts that server: every flag kept, only the fix's changed. The change alone is
+    kept beside it ("--max-model-len 131072 -> 32768"; without the command line, from the
+    settings the log showed)."""
+    template = parse_command(fix.command)
+    comment = fix.command.split("#", 1)[1].strip() if "#" in fix.command else ""
+    if (fix.flags and template is not None and command is not None
+            and command.engine == template.engine):
+        current = {flag: getattr(facts, name) for flag, name in _FLAG_FACTS.items()
+                   if flag in fix.flags}
+        applied = apply_flags(command, template, dict(fix.flags), current)
+        text = applied.command + (f"  # {comment}" if comment else "")
+        if command.model:
+            text = text.replace("of MODEL", f"of {command.model}")
+        fix = dataclasses.replace(fix, command=text, change=applied.change, args=applied.args)
+    elif fix.flags:
+        fix = dataclasses.replace(fix, change=_change_from_facts(fix.flags, facts))
+    elif template is not None and (env := _environment(fix.command)):
+        # settings the server reads from its environment, on the line that starts it
+        base = command.text() if command is not None and command.engine == template.engine \
+            else None
+        fix = dataclasses.replace(fix, change=f"set {env} in the server's environment",
+                                  command=f"{env} {base}" if base else fix.command)
+    elif template is not None and template.flags:  # an example value: the flags as written
+        fix = dataclasses.replace(fix, change=change_only(
+            {f: v for f, v in template.flags if f not in MODEL_FLAGS}))
+    held = placeholders(fix.command)
+    others = [p for p in held if p != "MODEL"]
+    instruction = ""
+    if others:
+        model = command.model if command and command.model else "the model"
+        instruction = (f"Find {comment.replace('MODEL', model)}, then serve it"
+                       if comment.startswith(("a ", "an ")) else
+                       f"{fix.title} (fill in {', '.join(others)})")
+        if fix.flags:
+            instruction += f" with {change_only(dict(fix.flags))}"
+    elif held and not fix.change:
+        instruction = f"{fix.title} ({', '.join(held)} in the command to fill in)"
+    return dataclasses.replace(fix, placeholders=held, instruction=instruction)
+
+
+_ENV_WORD = re.compile(r"^[A-Z][A-Z0-9_]{1,63}=\S{0,200}$")
+
+
+def _environment(command: str) -> str:
+    """The `NAME=value` words a command line starts with."""
+    words = []
+    for word in command.split():
+        if not _ENV_WORD.match(word):
+            break
+        words.append(word)
+    return " ".join(words)
+
+
+# The flags whose current value the facts hold, to say a change as "old -> new".
+_FLAG_FACTS = {"--max-model-len": "max_model_len", "--context-length": "max_model_len",
+               "--gpu-memory-utilization": "gpu_memory_utilization",
+               "--mem-fraction-static": "mem_fraction_static",
+               "--tensor-parallel-size": "tensor_parallel_size",
+               "--kv-cache-dtype": "kv_cache_dtype", "--max-num-seqs": "max_num_seqs",
+               "--max-num-batched-tokens": "max_num_batched_tokens",
+               "--max-total-tokens": "max_total_tokens", "--quantization": "quantization",
+               "--dtype": "dtype"}
+
+
+def _change_from_facts(flags: Mapping[str, object], facts: Facts) -> str:
+    out = []
+    for flag, value in flags.items():
+        name = _FLAG_FACTS.get(flag)
+        old = getattr(facts, name) if name else None
+        if old is not None and value is not True and str(old) != str(value):
+            out.append(f"{flag} {format_value(name or '', old)} -> {value}")
+        else:
+            out.append(change_only({flag: value}))  # type: ignore[dict-item]
+    return "; ".join(out)
 
 
 def screen(kb: KB, problems: list[ProblemMatch], facts: Facts,
@@ -471,14 +641,7 @@ def _fill(template: str, values: TemplateValues) -> str | None:
 def _flag_value(text: str) -> str | int | float | bool:
     if text == "":
         return True  # an on/off flag such as --enforce-eager
-    try:
-        return int(text)
-    except ValueError:
-        pass
-    try:
-        return float(text)
-    except ValueError:
-        return text
+    return parse_value(text)
 
 
 def fill_fix(fx: FixTemplate, cause_id: str, values: TemplateValues) -> Fix | None:

@@ -248,6 +248,25 @@ def register(app: App, h: Handlers, submit: Callable[..., None]) -> None:
         ack()
         submit(h.fixed, ActionBody.model_validate(body))
 
+    @app.action(blocks.ACTION_DETAILS)
+    def on_details(ack: Ack, body: dict[str, Any]) -> None:
+        ack()
+        submit(h.details, ActionBody.model_validate(body))
+
+    @app.action(blocks.ACTION_FIX_FAILED)
+    def on_fix_failed(ack: Ack, body: dict[str, Any]) -> None:
+        ack()
+        submit(h.fix_failed, ActionBody.model_validate(body))
+
+    @app.action(blocks.ACTION_SIZE_PICK)
+    def on_size_pick(ack: Ack, body: dict[str, Any]) -> None:
+        ack()
+        submit(h.size_pick, ActionBody.model_validate(body))
+
+    @app.action(blocks.ACTION_SHOW)
+    def on_show(ack: Ack) -> None:
+        ack()  # a link: Slack opens it, nothing to do here
+
     @app.action(blocks.ACTION_WRONG)
     def on_wrong(ack: Ack, body: dict[str, Any], client: WebClient) -> None:
         ack()

@@ -8,18 +8,21 @@ says so.
 
 Outgoing mrkdwn escapes `&`, `<` and `>`, or a log line with `<pid>` or `a && b` would break the
 formatting or turn into a mention. Fix commands sit in code blocks so they copy cleanly.
-The arithmetic lines are `bot.render.text.numbers()`, the same lines the terminal shows.
+What an answer says is `bot.render.present`'s: the terminal shows the same sections.
 """
 
 from __future__ import annotations
 
 import json
+import re
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from bot.fmt import clip
-from bot.render.text import cause_lines, headline, numbers, render
+from bot.render.present import History, Line, Link, Mention, Presentation, Section, present
+from bot.render.text import render_presentation
 from bot.schema import Diagnosis
 
 Block = dict[str, Any]
@@ -31,8 +34,14 @@ HEADER_MAX = 150
 BUTTON_TEXT_MAX = 75
 TEXT_BUDGET = 11_000
 FALLBACK_MAX = 3000
-MAX_FIXES = 5
+FIRST_BLOCKS = 5  # the first screen, on a phone
+FIRST_CHARS = 700
 
+ACTION_DETAILS = "details"
+ACTION_FIX_FAILED = "fix_failed"
+ACTION_SHOW = "show_answer"
+ACTION_SIZE_PICK = "size_pick"
+OPTION_VALUE_MAX = 150  # Slack's limit on a menu option's value
 ACTION_COLLECT = "collect_host"
 ACTION_FIXED = "fix_worked"
 ACTION_WRONG = "wrong_diagnosis"
@@ -108,107 +117,231 @@ def _size(blocks: list[Block]) -> int:
     return len(json.dumps(blocks))
 
 
-def answer(d: Diagnosis, *, history_line: str | None, incident_id: int | None,
-           host: str | None, can_collect_from: str | None) -> Reply:
-    """The diagnosis in the thread: problem and proof, numbers, fixes, how to confirm, history.
+# --------------------------------------------------------------------------- the answer
 
-    Buttons: "This fixed it" on each fix (needs the stored incident id), "Collect from HOST"
-    when a host is known, "Wrong diagnosis". Values carry ids only; handlers re-check them.
-    """
-    head = headline(d)
-    if head is None:
-        return _no_match(d, history_line)
-    must: list[Block] = [header(head.title)]
-    summary = f"`{esc(head.label)}`"
-    if head.summary:
-        summary += "\n" + esc(head.summary)
-    must.append(section(summary))
-    proof = "\n".join(f"line {no}: {line}" if no is not None else line
-                      for no, line in head.proof)
-    if proof:
-        must.append(section("*Proof*\n" + code(proof, SECTION_MAX - 10)))
-    nums = numbers(d)
-    if nums:
-        must.append(section("*The numbers*\n" + code("\n".join(nums), SECTION_MAX - 16)))
-    fixes = d.fixes[:MAX_FIXES]
-    if fixes:
-        must.append(section("*Fix it* (least disruptive first)"))
-    for i, fx in enumerate(fixes, 1):
-        text = f"{i}. *{esc(fx.title)}*\n{code(fx.command, 2000)}"
-        if fx.predicted:
-            text += f"\n→ {esc(fx.predicted)}"
-        if not fx.computed:
-            text += "\n_(example value: the evidence does not show the numbers)_"
-        block = section(text)
-        if incident_id is not None:
-            block["accessory"] = button("This fixed it", ACTION_FIXED, f"{incident_id}:{fx.id}",
-                                        "primary")
-        must.append(block)
-    optional: list[Block] = []
-    if len(d.problems) > 1:
-        also = ", ".join(f"`{p.id}` ({p.confidence:.2f})" for p in d.problems[1:6])
-        optional.append(context(f"Also seen: {also}"))
-    if d.notes:
-        optional.append(context("\n".join(esc(n) for n in d.notes)))
-    causes = cause_lines(d, host)
-    if causes:
-        optional.append(section("*Likely causes*\n" + "\n".join(esc(c) for c in causes)))
-    if d.withheld_fixes:
-        lines = [f"• {esc(w.title)}: {esc(w.reason)}" for w in d.withheld_fixes[:5]]
-        optional.append(section("*Not proposed here*\n"
-                                + "\n".join(lines)))
-    if d.guide and d.guide.confirm:
-        optional.append(section("*How to confirm*\n"
-                                + "\n".join(f"• {esc(c)}" for c in d.guide.confirm[:8])))
-    tail: list[Block] = []
-    if history_line:
-        tail.append(context(f":card_index_dividers: {esc(history_line)}"))
-    actions = _actions(incident_id, can_collect_from)
-    if actions:
-        tail.append({"type": "actions", "block_id": "incident_actions", "elements": actions})
-    tail.append(context(f"KB {esc(d.kb_version)} · fingerprint `{esc(d.fingerprint.digest)}`"
-                        + (f" · incident {incident_id}" if incident_id is not None else "")
-                        + (f" · host {esc(host)}" if host else "")))
-    blocks = must + optional + tail
-    attachment = None
-    clipped = len(d.fixes) > MAX_FIXES or len(proof) > SECTION_MAX - 20
-    if clipped or len(blocks) > MAX_BLOCKS or _size(blocks) > TEXT_BUDGET:
-        more = context("More (causes, how to confirm, diagnostics) in the file below.")
-        blocks = [*must, more, *tail]
-        attachment = render(d)
-    while len(blocks) > MAX_BLOCKS or _size(blocks) > TEXT_BUDGET:
-        blocks.pop(len(blocks) - len(tail) - 1)
-        attachment = render(d)
-    fallback = esc(f"{head.title}: " + "; ".join(f.command for f in fixes[:2]))
-    return Reply(text=clip(fallback, FALLBACK_MAX), blocks=blocks, attachment=attachment)
+_SLACK_USER = re.compile(r"^[UW][A-Z0-9]{2,30}$")
+_MARKUP = re.compile(r"```|<@([A-Z0-9]+)>|<[^|>]+\|([^>]+)>|[*_]")
 
 
-def _actions(incident_id: int | None, host: str | None) -> list[Block]:
-    out: list[Block] = []
-    if host:
-        out.append(button(f"Collect from {host}", ACTION_COLLECT, host))
-    if incident_id is not None:
-        out.append(button("Wrong diagnosis", ACTION_WRONG, str(incident_id), "danger"))
+def mrkdwn(line: Line) -> str:
+    """A presentation line as mrkdwn: text escaped, a Slack user a real mention, a link a
+    link."""
+    out = []
+    for part in line.parts:
+        if isinstance(part, Mention):
+            out.append(f"<@{part.user}>" if _SLACK_USER.match(part.user) else esc(f"@{part.user}"))
+        elif isinstance(part, Link):
+            out.append(f"<{esc(part.url)}|{esc(part.label)}>")
+        else:
+            out.append(esc(part))
+    return "".join(out)
+
+
+def _lines(lines: list[Line], limit: int = SECTION_MAX) -> str:
+    """Lines as mrkdwn; runs of commands and quoted log lines in code blocks, whole."""
+    out: list[str] = []
+    run: list[str] = []
+    for line in [*lines, Line.of("")]:
+        if line.kind != "text" and line.parts != ("",):
+            run.append(line.plain)
+            continue
+        if run:
+            out.append(code("\n".join(run), limit))
+            run = []
+        if line.parts != ("",):
+            out.append(mrkdwn(line))
+    return "\n".join(out)
+
+
+def _titled(s: Section, limit: int = SECTION_MAX - 100) -> str:
+    body = _lines(s.lines, limit)
+    return (f"*{esc(s.title)}*\n" if s.title else "") + body
+
+
+def visible_chars(bs: list[Block]) -> int:
+    """The characters a reader sees: block text without markup, button and menu labels."""
+    total = 0
+    for b in bs:
+        texts = [b["text"]["text"]] if "text" in b else []
+        for e in b.get("elements", []):
+            if "text" in e:
+                texts.append(e["text"] if isinstance(e["text"], str) else e["text"]["text"])
+            if "placeholder" in e:
+                texts.append(e["placeholder"]["text"])
+        for t in texts:
+            shown = _MARKUP.sub(lambda m: m.group(1) or m.group(2) or "", t)
+            total += len(shown.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&"))
+    return total
+
+
+@dataclass(frozen=True, slots=True)
+class Fixed:
+    """The answer's incident was marked fixed from its own message: by whom, with what."""
+
+    user: str
+    command: str
+
+
+def answer(d: Diagnosis, *, history: History | None, incident_id: int | None,
+           host: str | None, can_collect_from: str | None, expanded: bool = False,
+           fixed: Fixed | None = None, note: str | None = None) -> Reply:
+    """The diagnosis in the thread. The first screen is at most FIRST_BLOCKS blocks and
+    FIRST_CHARS visible characters: what broke with its key numbers, the history line, the
+    command to run, why; then the actions: "Details" (expands the message in place), "This
+    fixed it" (one menu of the proposed fixes), "Not right?", "Collect from HOST". The whole
+    answer goes up as a file in the thread with the first message. Values carry ids only;
+    handlers re-check them."""
+    p = present(d, history, host=host)
+    first = _first_screen(p, fixed)
+    if note and len(first) < FIRST_BLOCKS - 1:  # what the bot could not read of the paste
+        first.append(context(esc(note)))
+    elif note:
+        first[-1].setdefault("elements", []).append({"type": "mrkdwn", "text": esc(note)})
+    actions = _answer_actions(p, incident_id, can_collect_from, expanded, fixed)
+    row = [{"type": "actions", "block_id": "incident_actions", "elements": actions}
+           ] if actions else []
+    first = _within(first, visible_chars(row))
+    details = _details(p, MAX_BLOCKS - len(first) - len(row), _size([*first, *row])
+                       ) if expanded else []
+    blocks = [*first, *details, *row]
+    fallback = f"{p.title}: " + " ".join(
+        line.plain for s in p.first if s.key == "fix" for line in s.lines[:1])
+    full = render_presentation(p, full=True)
+    return Reply(text=clip(esc(fallback), FALLBACK_MAX), blocks=blocks,
+                 attachment=None if expanded or fixed else full)
+
+
+def _first_screen(p: Presentation, fixed: Fixed | None) -> list[Block]:
+    by = {s.key: s for s in p.first}
+    head = f"*{esc(p.title)}*"
+    if "headline" in by:
+        head += "\n" + _lines(by["headline"].lines)
+    out = [section(head)]
+    if "history" in by:
+        out.append(context(":card_index_dividers: " + _lines(by["history"].lines)))
+    if fixed is not None:
+        who = f"<@{fixed.user}>" if _SLACK_USER.match(fixed.user) else esc(fixed.user)
+        out.append(section(f":white_check_mark: *Fixed* by {who} with {code(fixed.command, 600)}"))
+    elif "fix" in by:
+        out.append(section(_titled(by["fix"], 900)))
+    elif "help" in by:
+        out.append(section(_titled(by["help"])))
+    if "why" in by:
+        out.append(context(_titled(by["why"]).replace("*Why*\n", "*Why:* ", 1)))
     return out
 
 
-def _no_match(d: Diagnosis, history_line: str | None) -> Reply:
-    lines = ["*No known problem matched.*"]
-    if d.input.note:
-        lines.append(esc(d.input.note))
-    lines.extend(esc(n) for n in d.notes)
-    known = {k: v for k, v in d.facts.known().items() if k not in ("gpus", "processes")}
-    if known:
-        lines.append("What I could read:\n" + code("\n".join(f"{k}: {v}" for k, v in
-                                                           known.items()), 2000))
-    else:
-        lines.append("Nothing in it looks like a vLLM, SGLang, TGI or GPU message I know. "
-                     "Paste the error in a code block, attach the log, or `check HOST`.")
-    blocks = [section("\n".join(lines))]
-    if history_line:
-        blocks.append(context(esc(history_line)))
-    blocks.append(context(f"KB {esc(d.kb_version)}"))
-    return Reply(text="No known problem matched.", blocks=blocks)
+def _within(out: list[Block], actions_chars: int) -> list[Block]:
+    """Clip the prose (never a command) until the first screen fits FIRST_CHARS."""
+    for i in [len(out) - 1, 0, 1]:
+        over = visible_chars(out) + actions_chars - FIRST_CHARS
+        if over <= 0:
+            break
+        b = out[i] if i < len(out) else None
+        if b is None or "```" in json.dumps(b):
+            continue
+        key = "text" if "text" in b else None
+        target = b["text"] if key else b["elements"][0]
+        text = target["text"]
+        target["text"] = clip(text, max(40, len(text) - over - 1))
+    return out
+
+
+def _details(p: Presentation, budget: int, used: int) -> list[Block]:
+    """The sections behind "Details", each one block, within `budget` blocks and what the
+    message has left of TEXT_BUDGET after `used`; what does not fit is in the file."""
+    out: list[Block] = [{"type": "divider"}]
+    rest = context("The rest is in the file in this thread.")
+    for s in p.details:
+        block = context(_titled(s)) if not s.title else section(_titled(s))
+        if len(out) + 2 > budget or used + _size([*out, block, rest]) > TEXT_BUDGET:
+            out.append(rest)
+            break
+        out.append(block)
+    return out
+
+
+def _answer_actions(p: Presentation, incident_id: int | None, host: str | None,
+                    expanded: bool, fixed: Fixed | None) -> list[Block]:
+    out: list[Block] = []
+    if incident_id is not None:
+        out.append(button("Less" if expanded else "Details", ACTION_DETAILS,
+                          f"{incident_id}:{'less' if expanded else 'more'}"))
+        if p.choices and fixed is None:
+            out.append({
+                "type": "static_select", "action_id": ACTION_FIXED,
+                "placeholder": {"type": "plain_text", "text": "This fixed it"},
+                "options": [{"text": {"type": "plain_text",
+                                      "text": clip(f"{i}. {c.label}", BUTTON_TEXT_MAX)},
+                             "value": f"{incident_id}:{c.fix_id}"}
+                            for i, c in enumerate(p.choices, 1)]})
+    if host and fixed is None:
+        out.append(button(f"Collect from {host}", ACTION_COLLECT, host))
+    if incident_id is not None and fixed is None:
+        out.append(button("Not right?", ACTION_WRONG, str(incident_id)))
+    return out
+
+
+def size_choices(kind: str, query: str, close: list[str], catalog: list[str],
+                 asked: list[str]) -> Reply:
+    """`size` named a model or GPU the catalogs do not know: the close matches as buttons, the
+    catalog as a menu, or the model's own config.json pasted; each choice asks `size` again
+    with the name replaced in the words `asked`."""
+    def value(name: str) -> str:
+        return " ".join(name if w == query else w for w in _replaced(asked, query))
+
+    what = "model" if kind == "model" else "GPU"
+    text = f"I do not know the {what} `{esc(query)}`."
+    text += " Did you mean one of these?" if close else " Pick one the catalog has:"
+    if kind == "model":
+        text += ("\nOr paste the model's config.json: `size {…config.json…} on GPU` (it "
+                 "holds the layers, heads and dtype the arithmetic needs).")
+    elements: list[Block] = [button(clip(name, BUTTON_TEXT_MAX), ACTION_SIZE_PICK, value(name))
+                             for name in close[:4] if len(value(name)) <= 2000]
+    options = [{"text": {"type": "plain_text", "text": clip(name, BUTTON_TEXT_MAX)},
+                "value": value(name)} for name in catalog
+               if len(value(name)) <= OPTION_VALUE_MAX][:100]
+    if options:
+        elements.append({"type": "static_select", "action_id": ACTION_SIZE_PICK,
+                         "placeholder": {"type": "plain_text", "text": f"All {what}s"},
+                         "options": options})
+    bs = [section(text)]
+    if elements:
+        bs.append({"type": "actions", "block_id": "size_choices", "elements": elements})
+    return Reply(text=text, blocks=bs)
+
+
+def _replaced(asked: list[str], query: str) -> list[str]:
+    """The words of `asked` with the (possibly several-word) name `query` as one word."""
+    words = query.split()
+    for i in range(len(asked) - len(words) + 1):
+        if [w.lower() for w in asked[i:i + len(words)]] == [w.lower() for w in words]:
+            return [*asked[:i], query, *asked[i + len(words):]]
+    return asked
+
+
+def ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+def repeat_reply(incident_id: int, pastes: int, fix_id: str | None,
+                 permalink: str | None) -> Reply:
+    """The same failure pasted again in its thread: one line, not a second answer."""
+    ask = ": did fix 1 not work?" if fix_id else "."
+    text = f"Same failure as above, {ordinal(pastes)} paste{ask}"
+    elements: list[Block] = []
+    if fix_id:
+        elements.append(button("Mark fix 1 failed", ACTION_FIX_FAILED,
+                               f"{incident_id}:{fix_id}", "danger"))
+    if permalink:
+        show = button("Show the answer", ACTION_SHOW, str(incident_id))
+        show["url"] = permalink
+        elements.append(show)
+    bs = [context(esc(text))]
+    if elements:
+        bs.append({"type": "actions", "block_id": "repeat_actions", "elements": elements})
+    return Reply(text=esc(text), blocks=bs)
 
 
 HELP = """*inferbot* diagnoses vLLM / SGLang / TGI failures. Mention me or use `/inferbot`:
@@ -238,11 +371,11 @@ def kb_reply(version: str, content_hash: str, changelog: list[tuple[str, str, li
 
 
 def feedback_modal(incident_id: int, channel: str, thread: str) -> Block:
-    """The "Wrong diagnosis" modal; private_metadata carries where to answer."""
+    """The "Not right?" modal; private_metadata carries where to answer."""
     meta = json.dumps({"incident_id": incident_id, "channel": channel, "thread": thread})
     return {
         "type": "modal", "callback_id": VIEW_WRONG, "private_metadata": meta,
-        "title": {"type": "plain_text", "text": "Wrong diagnosis"},
+        "title": {"type": "plain_text", "text": "Not right?"},
         "submit": {"type": "plain_text", "text": "Send"},
         "close": {"type": "plain_text", "text": "Cancel"},
         "blocks": [

@@ -21,7 +21,6 @@ from bot import flows, metrics
 from bot.config import Settings
 from bot.errors import one_line
 from bot.flows import Asker, NotStored, Spooled, Stored, StoreDown
-from bot.render.text import numbers
 from bot.schema import Diagnosis
 from bot.slack import blocks
 from bot.slack.authz import Authorizer
@@ -40,6 +39,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("inferbot.slack")
 
 FIX_VALUE = re.compile(r"^(\d{1,18}):([a-z0-9][a-z0-9_.:-]{0,99})$")
+DETAILS_VALUE = re.compile(r"^(\d{1,18}):(more|less)$")
 _INCIDENT_REF = re.compile(r"(?:#?\d{1,18}|g\d{1,18})")
 STORE_DOWN = "The incident store is unavailable right now; try again in a minute."
 
@@ -85,8 +85,7 @@ class Handlers:
             if req.verb == "history":
                 return self.history(req.args)
             if req.verb == "size":
-                text = _size_text(_size(size_query(req.args)))
-                return blocks.preformatted("*Sizing*", text, "sizing.txt")
+                return self.size(req.args)
             if req.verb == "resolve":
                 return self.resolve(req.args, asker)
             if req.verb == "kb":
@@ -99,6 +98,30 @@ class Handlers:
             return blocks.message(blocks.esc(one_line(exc)))
         return blocks.help_reply()
 
+    def size(self, args: list[str]) -> Reply:
+        """`size MODEL on GPU ...`; a name the catalogs do not know gets its close matches
+        and the catalog to choose from, never "pass a config.json"."""
+        from bot.sizing.catalog import UnknownName, gpus, models
+
+        try:
+            text = _size_text(_size(size_query(args)))
+        except UnknownName as exc:
+            if not exc.kind:
+                raise
+            catalog = sorted(models()) if exc.kind == "model" else sorted(
+                g.name for g in gpus().values())
+            return blocks.size_choices(exc.kind, exc.query, list(exc.close), catalog, args)
+        return blocks.preformatted("*Sizing*", text, "sizing.txt")
+
+    def size_pick(self, body: ActionBody) -> None:
+        """A model or GPU chosen from `size`'s choices: the sizing, in the same thread."""
+        channel = body.channel.id if body.channel else ""
+        args = body.value.split()
+        asker = Asker(origin="slack", user=body.user.id, channel=channel, thread=body.thread)
+        reply = self.quick(Request(verb="size", args=args), asker)
+        self.out.post(channel, body.thread or "", reply)
+        self.later(self.size_chart, args, channel, body.thread or "")
+
     def paste(self, msg: MessageEvent, req: Request, asker: Asker) -> None:
         looking = self.out.post(msg.channel, msg.thread, blocks.looking("the paste"))
         try:
@@ -108,7 +131,13 @@ class Handlers:
                                        + blocks.HELP)
                 self.out.update(msg.channel, looking, msg.thread, reply)
                 return
-            answer = flows.diagnose_and_record(text, asker, self.kb(), settings=self.settings)
+            answer = flows.diagnose_in_thread(text, asker, self.kb(), settings=self.settings)
+            if isinstance(answer, flows.Repeat):
+                metrics.FEEDBACK.inc("repeat")
+                first = answer.first_fix.id if answer.first_fix else None
+                self.out.update(msg.channel, looking, msg.thread, blocks.repeat_reply(
+                    answer.incident_id, answer.pastes, first, answer.permalink))
+                return
             self.answer(answer, asker, looking, notes)
         except Exception as exc:  # never leave "Looking…" standing
             self.out.update(msg.channel, looking, msg.thread, blocks.message(
@@ -141,22 +170,27 @@ class Handlers:
                notes: Iterable[str] = ()) -> None:
         """Replace the "looking" message with the answer; the chart follows."""
         d, channel, thread = answer.diagnosis, asker.channel or "", asker.thread or ""
-        reply = _answer_reply(answer)
-        extra = [blocks.context(blocks.esc(n)) for n in notes]
-        if extra and len(reply.blocks) + len(extra) <= blocks.MAX_BLOCKS:
-            reply = reply.model_copy(update={"blocks": reply.blocks + extra})
+        reply = _answer_reply(answer, note="; ".join(notes) or None)
         self.out.update(channel, looking, thread, reply)
-        if d.problems and numbers(d):
+        if isinstance(answer.record, Stored) and (link := self.out.permalink(channel, looking)):
+            try:
+                flows.link_answer(answer.record.incident_id, link, settings=self.settings)
+            except StoreDown:
+                log.warning("the answer's permalink was not stored: the store is down")
+        if d.problems:
             # Rendering takes a few hundred ms of CPU: queued behind the answers already
-            # waiting, so a burst gets every text answer before the charts.
+            # waiting, so a burst gets every text answer before the charts (and none is
+            # drawn when the numbers cannot tell a story).
             self.later(self.chart, d, channel, thread)
 
     def chart(self, source: Diagnosis | SizeReport, channel: str, thread: str) -> None:
         from bot.sizing.chart import chart_png
 
-        png = chart_png(source)
-        if png:
-            self.out.upload(channel, thread, png, "memory-budget.png", "GPU memory budget")
+        drawn = chart_png(source)
+        if drawn:
+            png, sentence = drawn
+            self.out.upload(channel, thread, png, "memory-budget.png", "GPU memory budget",
+                            comment=sentence or None)
 
     def size_chart(self, args: list[str], channel: str, thread: str) -> None:
         """The sizing's memory chart, after its text answer (a bad query was answered)."""
@@ -257,12 +291,13 @@ class Handlers:
         except (LookupError, ValueError) as exc:
             return blocks.message(blocks.esc(one_line(exc)))
         used = blocks.esc(group.resolution_fix or fix)
-        return blocks.message(f"Resolved group g{group.group_id} (seen {group.count}x) "
-                              f"with: `{used}`")
+        return blocks.message(f"Marked fixed (seen {group.count} times) with: `{used}`")
 
     def fixed(self, body: ActionBody) -> None:
-        """"This fixed it": the value names incident and fix; the flow takes the fix's text
-        from the store, and the click must come from the incident's own channel."""
+        """"This fixed it", a choice among the answer's fixes: the value names incident and
+        fix; the flow takes the fix's text from the store, and the click must come from the
+        incident's own channel. The answer is then edited to say who fixed it with what, and
+        its buttons go."""
         channel = body.channel.id if body.channel else ""
         m = FIX_VALUE.match(body.value)
         if m is None:
@@ -271,7 +306,7 @@ class Handlers:
         incident_id, fix_id = int(m.group(1)), m.group(2)
         asker = Asker(origin="slack", user=body.user.id, channel=channel, thread=body.thread)
         try:
-            worked = flows.resolve_with_fix(incident_id, fix_id, asker, settings=self.settings)
+            flows.resolve_with_fix(incident_id, fix_id, asker, settings=self.settings)
         except StoreDown:
             self.out.ephemeral(channel, body.user.id, body.thread,
                                "The incident store is unavailable; try again in a minute.")
@@ -279,17 +314,59 @@ class Handlers:
         except LookupError as exc:
             self.out.ephemeral(channel, body.user.id, body.thread, str(exc))
             return
-        if body.thread:
-            self.out.post(channel, body.thread, blocks.message(
-                f"<@{body.user.id}> marked incident {incident_id} fixed by "
-                f"`{blocks.esc(worked.command)}` (group g{worked.group.group_id}, seen "
-                f"{worked.group.count}x)."))
+        self.redraw(body, incident_id, expanded=False)
+
+    def details(self, body: ActionBody) -> None:
+        """"Details" / "Less": the answer's message redrawn in place, expanded or not."""
+        m = DETAILS_VALUE.match(body.value)
+        if m is None:
+            log.warning("details: malformed value refused")
+            return
+        self.redraw(body, int(m.group(1)), expanded=m.group(2) == "more")
+
+    def redraw(self, body: ActionBody, incident_id: int, *, expanded: bool) -> None:
+        """Replace the clicked message with incident `incident_id`'s answer as it stands."""
+        channel = body.channel.id if body.channel else ""
+        ts = body.container.message_ts
+        if ts is None:
+            return
+        asker = Asker(origin="slack", user=body.user.id, channel=channel, thread=body.thread)
+        try:
+            shown = flows.shown_incident(incident_id, asker, settings=self.settings)
+        except (StoreDown, LookupError) as exc:
+            self.out.ephemeral(channel, body.user.id, body.thread, one_line(exc))
+            return
+        d = shown.diagnosis
+        fixed = blocks.Fixed(*shown.fixed) if shown.fixed else None
+        reply = blocks.answer(d, history=shown.history, incident_id=incident_id, host=d.host,
+                              can_collect_from=_collectable(d), expanded=expanded, fixed=fixed)
+        self.out.edit(channel, ts, reply)
+
+    def fix_failed(self, body: ActionBody) -> None:
+        """"Mark fix 1 failed" on a repeat: stored as feedback on the thread's incident."""
+        channel = body.channel.id if body.channel else ""
+        m = FIX_VALUE.match(body.value)
+        if m is None:
+            log.warning("fix_failed: malformed value refused")
+            return
+        asker = Asker(origin="slack", user=body.user.id, channel=channel, thread=body.thread)
+        try:
+            flows.feedback(int(m.group(1)), asker, note=f"fix {m.group(2)} did not work",
+                           kind="fix_failed", settings=self.settings)
+            metrics.FEEDBACK.inc("fix_failed")
+            text = "Recorded: fix 1 did not work. The knowledge-base maintainers will see it."
+        except StoreDown:
+            text = "The incident store is unavailable; nothing was recorded."
+        except LookupError as exc:
+            text = str(exc)
+        self.out.ephemeral(channel, body.user.id, body.thread, text)
 
     def wrong(self, meta: FeedbackMeta, note: str, user: str) -> None:
-        """"Wrong diagnosis" submitted: stored as feedback on an incident of that channel."""
+        """"Not right?" submitted: stored as feedback on an incident of that channel."""
         asker = Asker(origin="slack", user=user, channel=meta.channel, thread=meta.thread)
         try:
             flows.feedback(meta.incident_id, asker, note=note, settings=self.settings)
+            metrics.FEEDBACK.inc("wrong_diagnosis")
             text = f"Thanks: your note on incident {meta.incident_id} was recorded."
         except StoreDown:
             text = "The incident store is unavailable; your note was not recorded."
@@ -318,8 +395,8 @@ class Handlers:
                 groups.setdefault(r.group_id, r)
         for r in sorted(groups.values(), key=lambda r: -r.count)[:10]:
             fixed = f", fixed by `{blocks.esc(r.resolution_fix)}`" if r.resolution_fix else ""
-            recurring.append(f"`g{r.group_id}` {r.count}x · {blocks.esc(r.host or '-')} · "
-                             f"{blocks.esc(r.problem_id or 'no match')}{fixed}")
+            recurring.append(f"{r.count}x · {blocks.esc(r.host or '-')} · "
+                             f"{blocks.esc(r.problem_title or 'no match')}{fixed}")
         view = blocks.home_view(recent, recurring, self.kb().version, note)
         self.out.client.views_publish(user_id=user, view=view)
 
@@ -328,24 +405,27 @@ class CollectFailed(Exception):
     """A host gave nothing to diagnose. `str()` is one line for the user."""
 
 
-def _answer_reply(answer: flows.Answer) -> Reply:
+def _answer_reply(answer: flows.Answer, note: str | None = None) -> Reply:
     """The diagnosis as a reply, with what became of its record; counted by its problem."""
     d = answer.diagnosis
     rec = answer.record
+    history, incident_id = None, None
     if isinstance(rec, Stored):
-        history_line, incident_id = rec.line, rec.incident_id
+        history, incident_id = rec.history, rec.incident_id
     elif isinstance(rec, Spooled):
-        history_line, incident_id = ("History unavailable: the incident store is down; this "
-                                     "incident is kept and stored when it is back."), None
+        note = "; ".join(filter(None, [note, "History unavailable: the incident store is "
+                                       "down; this incident is kept and stored when it is "
+                                       "back."]))
     elif isinstance(rec, NotStored):
-        history_line, incident_id = ("History unavailable: the incident could not be "
-                                     "recorded."), None
-    else:
-        history_line, incident_id = None, None
+        note = "; ".join(filter(None, [note, "History unavailable: the incident could not "
+                                       "be recorded."]))
     metrics.DIAGNOSES.inc(d.problems[0].id if d.problems else "none")
-    collectable = d.host if d.host and HOST_RE.match(d.host) else None
-    return blocks.answer(d, history_line=history_line, incident_id=incident_id, host=d.host,
-                         can_collect_from=collectable)
+    return blocks.answer(d, history=history, incident_id=incident_id, host=d.host,
+                         can_collect_from=_collectable(d), note=note)
+
+
+def _collectable(d: Diagnosis) -> str | None:
+    return d.host if d.host and HOST_RE.match(d.host) else None
 
 
 def _size(q: SizeQuery) -> SizeReport:

@@ -33,19 +33,33 @@ class Outbound:
         self.client.chat_update(channel=channel, ts=ts, text=reply.text, blocks=reply.blocks)
         self._attach(channel, thread, reply)
 
+    def edit(self, channel: str, ts: str, reply: Reply) -> None:
+        """Redraw message `ts` (an answer expanded, collapsed or marked fixed): no file."""
+        self.client.chat_update(channel=channel, ts=ts, text=reply.text, blocks=reply.blocks)
+
+    def permalink(self, channel: str, ts: str) -> str | None:
+        """The message's permalink (None when Slack does not give one)."""
+        try:
+            link = self.client.chat_getPermalink(channel=channel, message_ts=ts).get("permalink")
+        except SlackApiError as exc:
+            log.warning("no permalink: %s", exc.response.get("error"))
+            return None
+        return str(link) if link else None
+
     def _attach(self, channel: str, thread: str, reply: Reply) -> None:
         if reply.attachment:
             self.upload(channel, thread, reply.attachment.encode(), reply.attachment_name,
                         "The full answer")
 
     def upload(self, channel: str, thread: str, content: bytes, filename: str,
-               title: str) -> None:
+               title: str, comment: str | None = None) -> None:
         """files.getUploadURLExternal -> POST the bytes -> files.completeUploadExternal
         (channel_id + thread_ts), which is what files_upload_v2 does. A failed upload is
         logged: the answer it belongs to is already posted."""
         try:
             self.client.files_upload_v2(channel=channel, thread_ts=thread, content=content,
-                                        filename=filename, title=title)
+                                        filename=filename, title=title,
+                                        initial_comment=comment)
         except SlackApiError as exc:
             log.warning("upload of %s failed: %s", filename, exc.response.get("error"))
 

@@ -53,13 +53,19 @@ class _Container(_Payload):
     thread_ts: str | None = Field(default=None, pattern=TS)
 
 
-class _Action(_Payload):
-    action_id: str
+class _Option(_Payload):
     value: str = Field(default="", max_length=2000)
 
 
+class _Action(_Payload):
+    action_id: str
+    value: str = Field(default="", max_length=2000)
+    selected_option: _Option | None = None  # a menu's choice (static_select)
+
+
 class ActionBody(_Payload):
-    """A button click. `value` is untrusted: each handler parses it strictly."""
+    """A button click or a menu choice. `value` is untrusted: each handler parses it
+    strictly."""
 
     user: _Id
     channel: _Id | None = None
@@ -69,7 +75,9 @@ class ActionBody(_Payload):
 
     @property
     def value(self) -> str:
-        return self.actions[0].value
+        """The button's value, or the chosen option's."""
+        action = self.actions[0]
+        return action.selected_option.value if action.selected_option else action.value
 
     @property
     def thread(self) -> str | None:

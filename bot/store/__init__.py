@@ -7,6 +7,7 @@ is touched.
 
     from bot.store import record, history, resolve, feedback, record_command, upgrade
     from bot.store import claim_event_key, thread_incident, incident_origin  # Slack's lookups
+    from bot.store import incident_view  # an answer shown again (Details, "This fixed it")
 """
 
 from __future__ import annotations
@@ -18,7 +19,11 @@ if TYPE_CHECKING:
     from bot.store.db import SchemaTooNew as SchemaTooNew
     from bot.store.db import StoreUnavailable as StoreUnavailable
     from bot.store.db import database_problem as database_problem
+    from bot.store.repository import FIX_FAILED as FIX_FAILED
+    from bot.store.repository import REPEAT as REPEAT
+    from bot.store.repository import WRONG as WRONG
     from bot.store.repository import IncidentOrigin as IncidentOrigin
+    from bot.store.repository import IncidentView as IncidentView
     from bot.store.repository import claim_event_key as claim_event_key
     from bot.store.repository import (
         drain as drain,
@@ -33,6 +38,7 @@ if TYPE_CHECKING:
         history as history,
     )
     from bot.store.repository import incident_origin as incident_origin
+    from bot.store.repository import incident_view as incident_view
     from bot.store.repository import (
         open_store as open_store,
     )
@@ -48,6 +54,7 @@ if TYPE_CHECKING:
     from bot.store.repository import (
         resolve as resolve,
     )
+    from bot.store.repository import set_permalink as set_permalink
     from bot.store.repository import thread_incident as thread_incident
     from bot.store.repository import (
         upgrade as upgrade,
@@ -91,6 +98,12 @@ _EXPORTS = {
     "thread_incident": "bot.store.repository",
     "incident_origin": "bot.store.repository",
     "IncidentOrigin": "bot.store.repository",
+    "incident_view": "bot.store.repository",
+    "REPEAT": "bot.store.repository",
+    "FIX_FAILED": "bot.store.repository",
+    "WRONG": "bot.store.repository",
+    "set_permalink": "bot.store.repository",
+    "IncidentView": "bot.store.repository",
     "SchemaTooNew": "bot.store.db",
     "RecordResult": "bot.store.views",
     "HistoryRow": "bot.store.views",

@@ -289,7 +289,18 @@ _GROUP_COLUMNS = (
 )
 
 
-def _result(event_id: int, fp: str, g: Any, *, already: bool = False) -> RecordResult:
+def _fix_link(conn: Connection, g: Any) -> str | None:
+    """Where the group's fix was recorded; asked only when there is a fix, so a store not
+    yet migrated to 0005 can still be written by the drain that migrates it."""
+    if not g.resolution_fix:
+        return None
+    found = conn.execute(select(IncidentGroup.resolution_link)
+                         .where(IncidentGroup.id == g.id)).scalar()
+    return str(found) if found else None
+
+
+def _result(event_id: int, fp: str, g: Any, *, link: str | None = None,
+            already: bool = False) -> RecordResult:
     return RecordResult(
         incident_id=event_id,
         group_id=g.id,
@@ -302,6 +313,7 @@ def _result(event_id: int, fp: str, g: Any, *, already: bool = False) -> RecordR
         last_fixed_by=g.resolved_by,
         last_fixed_at=g.resolved_at,
         last_fix_note=g.resolution_note,
+        last_fix_link=link,
         already_recorded=already,
     )
 
@@ -315,7 +327,7 @@ def _existing_event(conn: Connection, uid: str) -> RecordResult | None:
     ).first()
     if row is None:
         return None
-    return _result(row[0], row[1], row, already=True)
+    return _result(row[0], row[1], row, link=_fix_link(conn, row), already=True)
 
 
 def _write_event(engine: Engine, entry: dict[str, Any]) -> RecordResult:
@@ -334,7 +346,7 @@ def _write_event(engine: Engine, entry: dict[str, Any]) -> RecordResult:
                 .values(**event, group_id=g.id, recorded_at=_now())
                 .returning(IncidentEvent.id)
             ).scalar_one()
-            return _result(event_id, event["fingerprint"], g)
+            return _result(event_id, event["fingerprint"], g, link=_fix_link(conn, g))
 
     try:
         return _retry_locked(attempt)
@@ -513,6 +525,7 @@ def history(
         E.channel,
         E.thread,
         E.excerpt,
+        E.permalink,
         G.status,
         G.count,
         G.first_seen,
@@ -520,6 +533,10 @@ def history(
         G.resolution_fix,
         G.resolved_by,
         G.resolved_at,
+        G.resolution_link,
+        select(func.count()).select_from(Feedback)
+        .where(Feedback.group_id == G.id, Feedback.kind == WRONG)
+        .scalar_subquery().label("corrections"),
     )
     where: list[ColumnElement[bool]] = []
     found = Search(search_terms(search or ""))
@@ -591,6 +608,9 @@ def _history_row(r: Row[Any]) -> HistoryRow:
         resolution_fix=r.resolution_fix,
         resolved_by=r.resolved_by,
         resolved_at=r.resolved_at,
+        permalink=r.permalink,
+        resolution_link=r.resolution_link,
+        corrections=r.corrections,
     )
 
 
@@ -635,6 +655,7 @@ def _group_info(conn: Connection, gid: int) -> GroupInfo:
         resolved_by=g.resolved_by,
         resolved_at=g.resolved_at,
         resolution_note=g.resolution_note,
+        resolution_link=g.resolution_link,
     )
 
 
@@ -652,10 +673,12 @@ def resolve(
     fix: str,
     note: str | None = None,
     who: str | None = None,
+    link: str | None = None,
     settings: Settings | None = None,
 ) -> GroupInfo:
     """`inferbot resolve ID --fix FIX [--note ...]`: mark the incident's group resolved with the
-    fix that worked. The next occurrence reopens it and reports "last fixed by" this fix."""
+    fix that worked (`link`: where it was recorded, a Slack permalink). The next occurrence
+    reopens it and reports "last fixed by" this fix."""
     if not fix.strip():
         raise ValueError("--fix must say what fixed it")
     engine = open_store(settings)
@@ -672,6 +695,7 @@ def resolve(
                     resolution_note=_cap(note, 4000) if note else None,
                     resolved_by=who,
                     resolved_at=_now(),
+                    resolution_link=link,
                 )
             )
             return _group_info(conn, gid)
@@ -680,12 +704,16 @@ def resolve(
         return _retry_locked(attempt)
 
 
+# Feedback kinds: "Not right?" notes, a pasted again in its thread, a fix that did not work.
+WRONG, REPEAT, FIX_FAILED = "wrong_diagnosis", "repeat", "fix_failed"
+
+
 def feedback(
     ref: int | str,
     *,
     note: str,
     who: str | None = None,
-    kind: str = "wrong_diagnosis",
+    kind: str = WRONG,
     settings: Settings | None = None,
 ) -> int:
     """Record a verdict on a diagnosis (default: "wrong diagnosis" with a note). `ref` is an
@@ -767,6 +795,7 @@ class IncidentOrigin:
 
     channel: str | None
     fix_command: str | None
+    permalink: str | None = None  # the answer's Slack message
 
 
 def incident_origin(
@@ -776,11 +805,69 @@ def incident_origin(
     engine = open_store(settings)
     with connectivity(), engine.connect() as conn:
         E = IncidentEvent
-        row = conn.execute(select(E.channel, E.fixes).where(E.id == incident_id)).first()
+        row = conn.execute(select(E.channel, E.fixes, E.permalink)
+                           .where(E.id == incident_id)).first()
     if row is None:
         return None
     command = None
     for fix in row.fixes or []:
         if isinstance(fix, dict) and fix_id is not None and fix.get("id") == fix_id:
-            command = str(fix.get("command") or fix.get("title") or fix_id)
-    return IncidentOrigin(row.channel, command)
+            command = _fix_text(fix) or fix_id
+    return IncidentOrigin(row.channel, command, row.permalink)
+
+
+def _fix_text(fix: dict[str, Any]) -> str:
+    """What a fix is remembered by: the flags it sets (`--max-model-len 32768`), which read
+    the same whatever else the server's command line held, else its command."""
+    flags = fix.get("flags")
+    if isinstance(flags, dict) and flags:
+        return " ".join(str(k) if v is True or v is None else f"{k} {v}"
+                        for k, v in flags.items())
+    return str(fix.get("command") or fix.get("title") or "")
+
+
+@dataclass(frozen=True)
+class IncidentView:
+    """A stored incident as its message shows it again: the diagnosis as it was stored, when,
+    where, and its group now (how often seen, whether and how it was fixed since), with the
+    number of "not right" notes left on the group."""
+
+    channel: str | None
+    thread: str | None
+    created_at: datetime
+    diagnosis: dict[str, Any]
+    group: GroupInfo
+    corrections: int  # "not right" notes on the group
+    permalink: str | None
+    repeats: int = 0  # times this incident's failure was pasted again in its thread
+
+
+def incident_view(incident_id: int, *, settings: Settings | None = None) -> IncidentView | None:
+    """Incident `incident_id` with its group (None: no such incident)."""
+    engine = open_store(settings)
+    with connectivity(), engine.connect() as conn:
+        E = IncidentEvent
+        row = conn.execute(select(E.channel, E.thread, E.created_at, E.diagnosis, E.group_id,
+                                  E.permalink).where(E.id == incident_id)).first()
+        if row is None:
+            return None
+        notes = conn.execute(select(func.count()).select_from(Feedback).where(
+            Feedback.group_id == row.group_id, Feedback.kind == WRONG)).scalar_one()
+        repeats = conn.execute(select(func.count()).select_from(Feedback).where(
+            Feedback.event_id == incident_id, Feedback.kind == REPEAT)).scalar_one()
+        return IncidentView(row.channel, row.thread, row.created_at, row.diagnosis or {},
+                            _group_info(conn, row.group_id), int(notes), row.permalink,
+                            int(repeats))
+
+
+def set_permalink(incident_id: int, permalink: str, *, settings: Settings | None = None) -> None:
+    """Remember where incident `incident_id`'s answer can be read again."""
+    engine = open_store(settings)
+
+    def attempt() -> None:
+        with write_engine(engine).begin() as conn:
+            conn.execute(update(IncidentEvent).where(IncidentEvent.id == incident_id)
+                         .values(permalink=_cap(permalink, 2000)))
+
+    with connectivity():
+        _retry_locked(attempt)

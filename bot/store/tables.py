@@ -111,6 +111,7 @@ class IncidentGroup(Base):
     resolved_by: Mapped[str | None] = mapped_column(String(255))
     resolved_at: Mapped[datetime | None]
     resolution_note: Mapped[str | None] = mapped_column(Text)
+    resolution_link: Mapped[str | None] = mapped_column(Text)  # the answer the fix was set on
 
 
 class IncidentEvent(Base):
@@ -156,6 +157,7 @@ class IncidentEvent(Base):
     excerpt: Mapped[str] = mapped_column(Text, server_default="")
     labels: Mapped[str] = mapped_column(Text, server_default="")
     diagnosis: Mapped[dict[str, Any]] = mapped_column(JSON)
+    permalink: Mapped[str | None] = mapped_column(Text)  # the answer's Slack message
 
 
 class Feedback(Base):

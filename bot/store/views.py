@@ -35,28 +35,9 @@ class RecordResult(BaseModel):
     last_fixed_by: str | None = None
     last_fixed_at: datetime | None = None
     last_fix_note: str | None = None
+    last_fix_link: str | None = None  # where the fix was recorded (a Slack permalink)
     drained: int = 0  # spooled entries written before this one
     already_recorded: bool = False  # the idempotency key was already in the database
-
-    def summary(self) -> str:
-        """One line for the terminal or a Slack footer: "seen N times since ..., last fixed by"."""
-        if self.spooled:
-            return self.warning or "database unavailable: event spooled"
-        head = f"incident {self.incident_id} (group g{self.group_id})"
-        if not self.count or self.count <= 1:
-            return f"{head}: first time seen"
-        since = _when(self.first_seen)
-        line = f"{head}: seen {self.count} times since {since}"
-        if self.last_fix:
-            who = (
-                f" ({self.last_fixed_by}, {_when(self.last_fixed_at)})"
-                if self.last_fixed_by
-                else ""
-            )
-            line += f", last fixed by: {self.last_fix}{who}"
-        else:
-            line += ", never marked fixed"
-        return line
 
 
 class HistoryRow(BaseModel):
@@ -85,6 +66,9 @@ class HistoryRow(BaseModel):
     resolution_fix: str | None
     resolved_by: str | None
     resolved_at: datetime | None
+    permalink: str | None = None  # the answer's Slack message
+    resolution_link: str | None = None  # the answer the fix was recorded on
+    corrections: int = 0  # "not right" notes people left on the failure
 
 
 class GroupInfo(BaseModel):
@@ -107,6 +91,7 @@ class GroupInfo(BaseModel):
     resolved_by: str | None
     resolved_at: datetime | None
     resolution_note: str | None
+    resolution_link: str | None = None
 
     def explain(self) -> str:
         p = self.grouped_by
@@ -163,19 +148,36 @@ def _when(value: datetime | None) -> str:
     return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC") if value else "?"
 
 
+def status_words(r: HistoryRow) -> str:
+    """The failure's state in one phrase: fixed (with what, by whom), or open (and what fixed
+    it last time, if it came back after a fix); never both."""
+    by = f" by {r.resolved_by}" if r.resolved_by else ""
+    if r.status == "resolved":
+        return f"fixed with {r.resolution_fix}{by}" if r.resolution_fix else "fixed"
+    if r.resolution_fix:
+        return f"open (back after a fix with {r.resolution_fix}{by})"
+    return "open"
+
+
 def format_history_text(rows: list[HistoryRow]) -> str:
-    """Newest first, two lines per incident: what and where, then the excerpt's first line."""
+    """Newest first, three lines per incident: what and where; its state, who asked where
+    and the link to the answer; the excerpt's first line."""
     if not rows:
         return "no incidents match"
     out: list[str] = []
     for r in rows:
-        fixed = f", fixed by: {r.resolution_fix}" if r.resolution_fix else ""
         out.append(
-            f"#{r.incident_id} g{r.group_id}  {_when(r.created_at)}  {r.host or '-'}  "
-            f"{r.problem_id or 'no match'}  {r.model or '-'}  "
-            f"{r.engine or ''}{' ' + r.engine_version if r.engine_version else ''}  "
-            f"[{r.status}, seen {r.count}x{fixed}]"
+            f"#{r.incident_id}  {_when(r.created_at)}  {r.host or '-'}  "
+            f"{r.problem_title or r.problem_id or 'no match'}  {r.model or '-'}  "
+            f"{r.engine or ''}{' ' + r.engine_version if r.engine_version else ''}".rstrip()
         )
+        where = " ".join(filter(None, [f"in {r.channel}" if r.channel else None,
+                                       f"by {r.user}" if r.user else None]))
+        notes = (f"; {r.corrections} note{'s' if r.corrections != 1 else ''}: not right"
+                 if r.corrections else "")
+        out.append(f"    {status_words(r)}; seen {r.count}x{notes}"
+                   + (f"; {where}" if where else "")
+                   + (f"; {r.permalink}" if r.permalink else ""))
         first = next((ln for ln in r.excerpt.splitlines() if ln.strip()), "")
         if first:
             out.append("    " + clip(" ".join(first.split()), 120))

@@ -90,3 +90,89 @@ def test_sizing_does_not_import_matplotlib() -> None:
     code = ("import sys, bot.sizing.plan, bot.sizing.chart, bot.sizing.calculators; "
             "sys.exit('matplotlib' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+def _kb_diagnosis(problem: str, index: int = 0) -> Diagnosis:
+    from bot.diagnose import diagnose
+    from bot.kb.loader import load_kb
+    from bot.schema import Evidence
+
+    kb = load_kb()
+    return diagnose(Evidence(text=kb.examples[problem].match[index].text), kb)
+
+
+@pytest.mark.parametrize("text", [
+    "torch.OutOfMemoryError: CUDA out of memory.",  # a bare OOM line: no numbers
+])
+def test_no_chart_for_a_bare_oom_line(text: str) -> None:
+    from bot.diagnose import diagnose
+    from bot.kb.loader import load_kb
+    from bot.schema import Evidence
+    from bot.sizing.chart import chart_png
+
+    d = diagnose(Evidence(text=text), load_kb())
+    assert d.problems and chart_png(d) is None
+
+
+@pytest.mark.parametrize("problem", ["kv-cache-preemption", "low-throughput"])
+def test_no_chart_where_the_numbers_cannot_tell_a_story(problem: str) -> None:
+    from bot.sizing.chart import chart_png
+
+    assert chart_png(_kb_diagnosis(problem)) is None
+
+
+def test_bars_never_exceed_the_gpu_s_total_and_each_chart_has_its_sentence() -> None:
+    from bot.kb.loader import load_kb
+
+    kb = load_kb()
+    drawn = 0
+    for problem, examples in kb.examples.items():
+        for i in range(len(examples.match)):
+            try:
+                data = chart_data(_kb_diagnosis(problem, i))
+            except (ValueError, KeyError):
+                continue
+            drawn += 1
+            assert data.sentence, problem
+            if data.total_gib is not None:
+                used = sum(max(s.gib, 0.0) for s in data.segments)
+                assert used <= data.total_gib + 0.01, (problem, i, used, data.total_gib)
+    assert drawn >= 5
+
+
+def test_other_processes_are_not_counted_twice(diagnosis: Diagnosis) -> None:
+    import dataclasses
+
+    s = diagnosis.sizing
+    assert s is not None
+    # other processes already inside the budget's non-torch memory (vLLM 0.8+): over the total
+    crowded = dataclasses.replace(s, extra=dataclasses.replace(
+        s.extra, foreign_processes_gib=8.0))
+    data = chart_data(dataclasses.replace(diagnosis, sizing=crowded))
+    assert sum(seg.gib for seg in data.segments) <= 22.05 + 0.01
+
+
+def test_an_oom_chart_draws_the_failing_allocation() -> None:
+    from bot.sizing.chart import chart_data as data_of
+
+    d = Diagnosis(kb_version="t", fingerprint=NO_KEY, facts=Facts(
+        gpu_total_gib=79.1, oom_tried_to_allocate_gib=2.0, oom_free_gib=1.0,
+        oom_reserved_gib=60.0, processes=[GpuProcess(pid=4242, name="python",
+                                                     used_mib=16_000, is_server=False)]))
+    data = data_of(d)
+    assert [s.label for s in data.segments] == ["this process (PyTorch)", "pid 4242 python",
+                                                "free"]
+    assert (data.kv_needed_gib, data.kv_available_gib) == (2.0, 1.0)
+    assert data.sentence.startswith("It tried to allocate 2.00 GiB with 1.00 GiB free")
+
+
+def test_the_chart_shows_the_kv_after_fix_1(diagnosis: Diagnosis) -> None:
+    import dataclasses
+
+    from bot.schema import Fix
+
+    fix = Fix(id="f", title="t", command="vllm serve m --max-model-len 16384",
+              flags={"--max-model-len": 16_384})
+    data = chart_data(dataclasses.replace(diagnosis, fixes=[fix]))
+    assert data.after_fix == ("after fix 1 (16,384 tokens)", 2.0)  # half the length, half KV
+    assert "after fix 1 it needs 2.00 GiB" in data.sentence

@@ -39,7 +39,8 @@ def by_id(p: Plan) -> dict[str, Fix]:
     return {f.id: f for f in p.fixes}
 
 
-def test_max_model_len_case_uses_the_fit_and_orders_least_disruptive_first(kb: KB) -> None:
+def test_max_model_len_case_leaves_headroom_below_the_fit_and_orders_least_disruptive_first(
+        kb: KB) -> None:
     facts = Facts(engine="vllm", model="meta-llama/Llama-3.1-8B-Instruct", max_model_len=131_072,
                   gpu_memory_utilization=0.9, gpu_total_gib=22.05, kv_cache_needed_gib=16.0,
                   kv_cache_available_gib=9.97, weights_gib=14.99)
@@ -48,9 +49,11 @@ def test_max_model_len_case_uses_the_fit_and_orders_least_disruptive_first(kb: K
     assert p.causes[0].id == "t-max-model-len-too-large"
     assert "16.00 GiB" in p.causes[0].why and "9.97 GiB" in p.causes[0].why
     fix = by_id(p)["lower-max-model-len"]
-    assert fix.flags == {"--max-model-len": 81_664} and fix.computed
-    assert fix.command.endswith("--max-model-len 81664")
-    assert fix.predicted == "largest that fits: 9.97 GiB / 128 KiB per token"
+    # the edge (81,664) holds one request: the largest round length leaving room for two
+    assert fix.flags == {"--max-model-len": 32_768} and fix.computed
+    assert fix.command.endswith("--max-model-len 32768")
+    assert fix.predicted.startswith("2.5x concurrency at 32,768 tokens")
+    assert "81,664 is the edge" in fix.predicted
     assert [f.disruption for f in p.fixes] == sorted(f.disruption for f in p.fixes)
     assert len({f.id for f in p.fixes}) == len(p.fixes)
     # even 0.95 x 22.05 cannot hold 16 GiB of KV next to the weights: not proposed

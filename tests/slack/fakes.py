@@ -217,6 +217,10 @@ class FakeSlack:
             return body
         if method == "chat.update":
             return {"ok": True, "channel": args.get("channel"), "ts": args.get("ts")}
+        if method == "chat.getPermalink":
+            ts = str(args.get("message_ts", "")).replace(".", "")
+            return {"ok": True, "channel": args.get("channel"),
+                    "permalink": f"https://example.slack.com/archives/{args.get('channel')}/p{ts}"}
         if method == "chat.postEphemeral":
             return dict(RESPONSES["chat.postEphemeral"])
         if method == "files.getUploadURLExternal":

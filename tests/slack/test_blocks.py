@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from bot.fingerprint import fingerprint
+from bot.render.present import History
 from bot.schema import Diagnosis, Facts, Fix, Guide, ProblemMatch, Sizing
 from bot.slack import blocks
 
@@ -39,37 +40,47 @@ def texts(bs: list[blocks.Block]) -> list[str]:
 
 
 def test_answer_names_the_problem_the_numbers_and_the_copyable_fix() -> None:
-    reply = blocks.answer(diagnosis(), history_line="seen 3 times on gpu-07",
+    reply = blocks.answer(diagnosis(), history=History(incident_id=12, count=3,
+                                                       hosts=("gpu-07",)),
                           incident_id=12, host="gpu-07", can_collect_from="gpu-07")
     joined = "\n".join(texts(reply.blocks))
     assert "max-model-len does not fit" in joined
     assert "```vllm serve m --max-model-len 77824```" in joined
-    assert "Largest max-model-len that fits: 77,824" in joined
     assert "seen 3 times on gpu-07" in joined
-    assert "x &lt; y &amp;&amp; z" in joined and "x < y" not in joined
-    values = {e["action_id"]: e["value"] for b in reply.blocks
-              for e in [b.get("accessory", {}), *b.get("elements", [])] if "action_id" in e}
-    assert values == {"fix_worked": "12:fix-1", "collect_host": "gpu-07",
-                      "wrong_diagnosis": "12"}
-    assert reply.attachment is None
+    values = {e["action_id"]: e.get("value") or [o["value"] for o in e["options"]]
+              for b in reply.blocks for e in b.get("elements", []) if "action_id" in e}
+    assert values == {"details": "12:more", "fix_worked": ["12:fix-0", "12:fix-1"],
+                      "collect_host": "gpu-07", "wrong_diagnosis": "12"}
+    # the numbers are behind Details and in the file, with the log line escaped there
+    assert "Largest max-model-len that fits: 77,824" not in joined
+    assert reply.attachment and "Largest max-model-len that fits: 77,824" in reply.attachment
+    expanded = blocks.answer(diagnosis(), history=None, incident_id=12, host=None,
+                             can_collect_from=None, expanded=True)
+    shown = "\n".join(texts(expanded.blocks))
+    assert "Largest max-model-len that fits: 77,824" in shown
+    assert "x &lt; y &amp;&amp; z" in shown and "x < y" not in shown
+    assert expanded.attachment is None  # the file went up with the first message
     assert "--max-model-len 77824" in reply.text
 
 
 def test_no_incident_id_means_no_buttons_that_need_one() -> None:
-    reply = blocks.answer(diagnosis(), history_line=None, incident_id=None, host=None,
+    reply = blocks.answer(diagnosis(), history=None, incident_id=None, host=None,
                           can_collect_from=None)
-    assert "fix_worked" not in json.dumps(reply.blocks)
-    assert "wrong_diagnosis" not in json.dumps(reply.blocks)
+    for action in ("fix_worked", "wrong_diagnosis", "details"):
+        assert action not in json.dumps(reply.blocks)
 
 
 def test_a_huge_diagnosis_stays_within_limits_and_the_rest_goes_to_a_file() -> None:
     d = diagnosis(n_fixes=40, evidence_lines=300, line="E" * 400)
-    reply = blocks.answer(d, history_line="h", incident_id=1, host=None, can_collect_from=None)
-    assert len(reply.blocks) <= blocks.MAX_BLOCKS
-    assert all(len(t) <= blocks.SECTION_MAX for t in texts(reply.blocks))
-    assert len(json.dumps(reply.blocks)) <= blocks.TEXT_BUDGET
-    assert reply.attachment and "Lower max-model-len 39" in reply.attachment
-    assert reply.blocks[0]["type"] == "header"
+    for expanded in (False, True):
+        reply = blocks.answer(d, history=None, incident_id=1, host=None,
+                              can_collect_from=None, expanded=expanded)
+        assert len(reply.blocks) <= blocks.MAX_BLOCKS
+        assert all(len(t) <= blocks.SECTION_MAX for t in texts(reply.blocks))
+        assert len(json.dumps(reply.blocks)) <= blocks.TEXT_BUDGET
+    first = blocks.answer(d, history=None, incident_id=1, host=None, can_collect_from=None)
+    assert first.attachment and "Lower max-model-len 39" in first.attachment
+    assert len(first.blocks) <= blocks.FIRST_BLOCKS
 
 
 def test_code_blocks_cannot_be_closed_by_the_content() -> None:

@@ -13,7 +13,8 @@ from bot.config import Settings
 from tests.fixtures.slack import ALLOWED, Endpoint
 from tests.fixtures.sshd import Sshd
 from tests.slack.fakes import FakeSlack, load
-from tests.slack.test_http import all_text, final_answer, mention
+from tests.slack.test_first_screen import answer_diagnosis, assert_first_screen, internal_ids
+from tests.slack.test_http import all_text, blocks_of, final_answer, mention
 
 pytestmark = [pytest.mark.slack, pytest.mark.sshd]
 
@@ -36,8 +37,13 @@ def test_authorized_collect_click_diagnoses_the_host_in_the_thread(
     assert status == 200 and elapsed < 3
     looking = fake.recorder.wait_for("chat.postMessage")[0].args
     assert looking["thread_ts"] == body["container"]["thread_ts"]
-    text = all_text(final_answer(fake))
-    assert "kv-cache-no-blocks" in text and "gpu-07" in text
+    answer = final_answer(fake)
+    text = all_text(answer)
+    assert "No GPU memory left for any KV cache block" in text and "gpu-07" in text
+    # a host check's answer is a first screen like any other (tests/slack/test_first_screen)
+    shown = blocks_of(answer)
+    assert_first_screen(shown, internal_ids(answer_diagnosis(shown, answer["channel"],
+                                                             settings)))
     assert fake.recorder.of("chat.postEphemeral") == []
 
 

@@ -28,6 +28,10 @@ VLLM_ERROR = (
     "`max_model_len` when initializing the engine."
 )
 
+# The first fix, as a change: the paste shows no command line, so the flag to set, with its
+# current value from the error and a length that leaves room for two requests.
+CHANGE = "--max-model-len 131072 -&gt; 32768"
+
 
 def escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
@@ -59,12 +63,12 @@ def all_text(call_args: dict[str, Any]) -> str:
     return json.dumps(blocks_of(call_args)) + str(call_args.get("text", ""))
 
 
-def chart_upload(fake: FakeSlack) -> dict[str, Any]:
-    """The three steps of the chart's upload, matched by file id."""
+def file_upload(fake: FakeSlack, name: str) -> dict[str, Any]:
+    """The bytes and completion of the file `name` uploaded into a thread."""
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         for step1 in fake.recorder.of("files.getUploadURLExternal"):
-            if step1.args["filename"] != "memory-budget.png":
+            if step1.args["filename"] != name:
                 continue
             file_id = step1.response["file_id"]
             posted = [c for c in fake.recorder.of("upload") if c.args["path"].endswith(file_id)]
@@ -72,10 +76,16 @@ def chart_upload(fake: FakeSlack) -> dict[str, Any]:
                     if json.loads(c.args["files"])[0]["id"] == file_id]
             if posted and done:
                 assert int(step1.args["length"]) == len(posted[0].raw)
-                return {"png": posted[0].raw, "upload_auth": posted[0].auth,
+                return {"content": posted[0].raw, "auth": posted[0].auth,
                         "complete": done[0].args}
         time.sleep(0.05)
-    raise AssertionError("no chart upload")
+    raise AssertionError(f"no upload of {name}")
+
+
+def chart_upload(fake: FakeSlack) -> dict[str, Any]:
+    """The three steps of the chart's upload, matched by file id."""
+    up = file_upload(fake, "memory-budget.png")
+    return {"png": up["content"], "upload_auth": up["auth"], "complete": up["complete"]}
 
 
 def final_answer(fake: FakeSlack, count: int = 1) -> dict[str, Any]:
@@ -110,16 +120,23 @@ def test_mention_with_a_fenced_vllm_error_gets_the_answer_in_the_thread(
     answer = final_answer(fake)
     assert answer["ts"] == "1717180000.000001"  # the "looking" message, updated in place
     text = all_text(answer)
-    assert "max-model-len-exceeds-kv-cache" in text
-    assert "--max-model-len 77824" in text
+    assert "needs more KV cache than the GPU has left" in text
+    assert "max-model-len-exceeds-kv-cache" not in text  # no internal ids
+    assert CHANGE in text
     assert "first time seen" in text
-    # the chart: files.getUploadURLExternal -> POST bytes -> completeUploadExternal in thread
-    chart = chart_upload(fake)
-    assert chart["png"].startswith(b"\x89PNG\r\n\x1a\n") and chart["upload_auth"] == ""
-    assert chart["complete"]["channel_id"] == "C0INCIDENT1"
-    assert chart["complete"]["thread_ts"] == "1717171800.000100"
+    # the whole answer is a file in the thread, beside the chart
+    full = file_upload(fake, "diagnosis.txt")
+    words = b" ".join(full["content"].split())
+    assert b"77,824 is the edge" in words and b"How to confirm" in words
+    # the file: files.getUploadURLExternal -> POST bytes -> completeUploadExternal in thread
+    assert full["complete"]["channel_id"] == "C0INCIDENT1"
+    assert full["complete"]["thread_ts"] == "1717171800.000100"
     methods = [c.method for c in fake.recorder.calls]
     assert methods.index("chat.update") < methods.index("files.completeUploadExternal")
+    # no chart: the paste gives no weights or budget, so a chart would tell nothing
+    fake.recorder.settle()
+    names = [c.args["filename"] for c in fake.recorder.of("files.getUploadURLExternal")]
+    assert names == ["diagnosis.txt"]
     assert len(fake.posts()) == 1
 
 
@@ -132,7 +149,7 @@ def test_snippet_is_downloaded_with_the_bearer_token_and_diagnosed(
     status, _, _ = endpoint.event(snippet)
     assert status == 200
     answer = final_answer(fake)
-    assert "--max-model-len 77824" in all_text(answer)
+    assert CHANGE in all_text(answer)
     download = fake.recorder.of("file.download")[0]
     assert download.auth == f"Bearer {BOT_TOKEN}"
     assert fake.posts()[0].args["thread_ts"] == THREAD  # the parent, not the reply's ts
@@ -144,7 +161,7 @@ def test_a_file_without_url_is_looked_up_with_files_info(endpoint: Endpoint,
     endpoint.event(mention("", files=[{"id": "F0SECRET01", "file_access": "check_file_info"}]))
     answer = final_answer(fake)
     assert fake.recorder.of("files.info")[0].args["file"] == "F0SECRET01"
-    assert "--max-model-len 77824" in all_text(answer)
+    assert CHANGE in all_text(answer)
 
 
 def test_a_sign_in_page_is_not_diagnosed(fake: FakeSlack, tmp_path: Path) -> None:
@@ -194,7 +211,7 @@ def test_a_database_outage_still_gets_a_reply(fake: FakeSlack, tmp_path: Path) -
     with serving(down, fake) as ep:
         ep.event(mention(f"```{VLLM_ERROR}```"))
         text = all_text(final_answer(fake))
-        assert "--max-model-len 77824" in text
+        assert CHANGE in text
         assert "incident store is down" in text
         assert list((tmp_path / "spool").glob("*.json"))  # kept for later
 
@@ -205,11 +222,14 @@ def test_a_database_outage_still_gets_a_reply(fake: FakeSlack, tmp_path: Path) -
 def test_history_is_answered(endpoint: Endpoint, fake: FakeSlack) -> None:
     endpoint.event(mention(f"```{VLLM_ERROR}```"))
     final_answer(fake)
+    fake.recorder.wait_for("chat.getPermalink")  # stored right after the answer is shown
+    fake.recorder.settle()
     endpoint.event(mention("history max-model-len-exceeds-kv-cache", ts="1717171900.000100"))
     reply = fake.recorder.wait_for("chat.postMessage", 2)[1].args
     text = all_text(reply)
-    assert "History" in text and "max-model-len-exceeds-kv-cache" in text
-    assert "seen 1x" in text
+    assert "History" in text and "needs more KV cache than the GPU has left" in text
+    assert f"open; seen 1x; in C0INCIDENT1 by {ALLOWED}; https://example.slack.com/archives/" \
+        in text
 
 
 def test_size_is_answered(endpoint: Endpoint, fake: FakeSlack) -> None:
@@ -217,7 +237,31 @@ def test_size_is_answered(endpoint: Endpoint, fake: FakeSlack) -> None:
     text = all_text(fake.recorder.wait_for("chat.postMessage")[0].args)
     assert "Sizing" in text and "H100" in text
     chart = chart_upload(fake)
-    assert chart["png"].startswith(b"\x89PNG") and chart["complete"]["thread_ts"]
+    assert chart["png"].startswith(b"\x89PNG\r\n\x1a\n") and chart["upload_auth"] == ""
+    assert chart["complete"]["thread_ts"]
+    assert "GiB of KV cache" in chart["complete"]["initial_comment"]  # its one sentence
+
+
+@pytest.mark.slow
+def test_size_takes_loose_names_and_offers_close_matches_not_a_config_file(
+        endpoint: Endpoint, fake: FakeSlack) -> None:
+    endpoint.event(mention("size llama 8b on a10"))
+    text = all_text(fake.recorder.wait_for("chat.postMessage")[0].args)
+    assert "Llama-3.1-8B" in text and "A10" in text
+    endpoint.event(mention("size lama-3.1-8b-instruct on H100", ts="1717171900.000100",
+                           event_id="Ev0SIZE2"))
+    offer = fake.recorder.wait_for("chat.postMessage", 2)[1].args
+    shown = all_text(offer)
+    assert "pass a config.json" not in shown and "paste the model's config.json" in shown
+    pick = element(blocks_of(offer), "size_pick")
+    assert pick["type"] == "button" and pick["value"].startswith("meta-llama/Llama-3.1-8B")
+    assert pick["value"].endswith(" on H100")
+    menu = [e for b in blocks_of(offer) if b["type"] == "actions" for e in b["elements"]
+            if e["type"] == "static_select"]
+    assert menu and len(menu[0]["options"]) > 5
+    endpoint.interaction(click("size_pick", pick["value"]))
+    sized = all_text(fake.recorder.wait_for("chat.postMessage", 3)[2].args)
+    assert "Sizing" in sized and "H100" in sized
 
 
 def test_bad_words_get_usage_not_silence(endpoint: Endpoint, fake: FakeSlack) -> None:
@@ -301,33 +345,96 @@ def test_a_forged_collect_value_is_refused_before_anything_runs(
     assert [c.method for c in fake.recorder.calls if c.method != "auth.test"] == []
 
 
+def choose(action_id: str, value: str, *, message_ts: str, user: str = ALLOWED
+           ) -> dict[str, Any]:
+    """A menu choice on the answer `message_ts` (the static_select "This fixed it")."""
+    body = click(action_id, "", user)
+    body["actions"] = [{"action_id": action_id, "type": "static_select",
+                        "block_id": "incident_actions",
+                        "selected_option": {"value": value,
+                                            "text": {"type": "plain_text", "text": "1."}}}]
+    return on(body, message_ts)
+
+
+def on(body: dict[str, Any], message_ts: str) -> dict[str, Any]:
+    """`body` as a click on the message `message_ts`."""
+    body["container"]["message_ts"] = body["message"]["ts"] = message_ts
+    return body
+
+
+def element(answer: list[dict[str, Any]], action_id: str) -> dict[str, Any]:
+    return next(e for b in answer if b["type"] == "actions" for e in b["elements"]
+                if e["action_id"] == action_id)
+
+
 @pytest.mark.slow
-def test_this_fixed_it_records_the_stored_fix(endpoint: Endpoint, fake: FakeSlack) -> None:
+def test_this_fixed_it_is_one_menu_and_edits_the_answer(endpoint: Endpoint,
+                                                        fake: FakeSlack) -> None:
     endpoint.event(mention(f"```{VLLM_ERROR}```", ts=THREAD))
-    answer = blocks_of(final_answer(fake))
-    button = next(b["accessory"] for b in answer if "accessory" in b)
-    incident = button["value"].split(":")[0]
-    endpoint.interaction(click("fix_worked", f"{incident}:no-such-fix"))
+    posted = final_answer(fake)
+    fake.recorder.wait_for("chat.getPermalink")  # where the fix will be linked from
+    fake.recorder.settle()
+    answer = blocks_of(posted)
+    menu = element(answer, "fix_worked")
+    assert menu["type"] == "static_select" and menu["placeholder"]["text"] == "This fixed it"
+    first = menu["options"][0]["value"]
+    incident = first.split(":")[0]
+    endpoint.interaction(choose("fix_worked", f"{incident}:no-such-fix", message_ts=posted["ts"]))
     assert "has no fix" in fake.recorder.wait_for("chat.postEphemeral")[0].args["text"]
-    elsewhere = click("fix_worked", button["value"])
+    elsewhere = choose("fix_worked", first, message_ts=posted["ts"])
     elsewhere["channel"]["id"] = "C0OTHER001"
     endpoint.interaction(elsewhere)
     assert "has no fix" in fake.recorder.wait_for("chat.postEphemeral", 2)[1].args["text"]
-    endpoint.interaction(click("fix_worked", button["value"]))
-    note = all_text(fake.recorder.wait_for("chat.postMessage", 2)[1].args)
-    assert f"marked incident {incident} fixed by `vllm serve MODEL --" in note
+    endpoint.interaction(choose("fix_worked", first, message_ts=posted["ts"]))
+    edited = final_answer(fake, 2)
+    assert edited["ts"] == posted["ts"]  # the answer itself, not a new message
+    text = all_text(edited)
+    assert f"Fixed* by <@{ALLOWED}> with ```--max-model-len 32768```" in text
+    assert "fix_worked" not in text and "wrong_diagnosis" not in text  # the buttons went
+    assert len(fake.posts()) == 1
     endpoint.event(mention(f"```{VLLM_ERROR}```", ts="1717172500.000100",
                            event_id="Ev0AGAIN"))
-    again = all_text(final_answer(fake, 2))
-    assert "seen 2 times" in again and "last fixed by" in again
+    again = all_text(final_answer(fake, 3))
+    assert "seen 2 times in 1 day" in again
+    # the fix's own thread, linked, as the second block of the next answer
+    link = f"https://example.slack.com/archives/C0INCIDENT1/p{posted['ts'].replace('.', '')}"
+    assert (f"last fixed just now by <@{ALLOWED}> with --max-model-len 32768 "
+            f"(<{link}|thread>)") in again
 
 
-def test_wrong_diagnosis_opens_a_modal_and_stores_the_note(endpoint: Endpoint,
-                                                           fake: FakeSlack) -> None:
+@pytest.mark.slow
+def test_details_expands_the_answer_in_place_and_less_folds_it(endpoint: Endpoint,
+                                                               fake: FakeSlack) -> None:
+    endpoint.event(mention(f"```{VLLM_ERROR}```", ts=THREAD))
+    posted = final_answer(fake)
+    first = blocks_of(posted)
+    endpoint.interaction(on(click("details", element(first, "details")["value"]), posted["ts"]))
+    expanded = final_answer(fake, 2)
+    assert expanded["ts"] == posted["ts"]
+    shown = blocks_of(expanded)
+    assert len(shown) > len(first) and shown[:len(first) - 1] == first[:-1]
+    text = all_text(expanded)
+    for title in ("The numbers", "Likely causes", "How to confirm", "Prevention"):
+        assert title in text
+    less = element(shown, "details")
+    assert less["text"]["text"] == "Less"
+    endpoint.interaction(on(click("details", less["value"]), posted["ts"]))
+    assert blocks_of(final_answer(fake, 3)) == first
+    # redrawing never uploads the file again
+    fake.recorder.settle()
+    names = [c.args["filename"] for c in fake.recorder.of("files.getUploadURLExternal")]
+    assert names.count("diagnosis.txt") == 1
+
+
+def test_not_right_opens_a_modal_stores_counts_and_shows_the_note(endpoint: Endpoint,
+                                                                  fake: FakeSlack) -> None:
+    from bot import metrics
+
+    before = metrics.FEEDBACK.value("wrong_diagnosis")
     endpoint.event(mention(f"```{VLLM_ERROR}```", ts=THREAD))
     answer = blocks_of(final_answer(fake))
-    wrong = next(e for b in answer if b["type"] == "actions" for e in b["elements"]
-                 if e["action_id"] == "wrong_diagnosis")
+    wrong = element(answer, "wrong_diagnosis")
+    assert wrong["text"]["text"] == "Not right?"
     endpoint.interaction(click("wrong_diagnosis", wrong["value"]))
     view = fake.recorder.wait_for("views.open")[0].args["view"]
     view = json.loads(view) if isinstance(view, str) else view
@@ -340,6 +447,42 @@ def test_wrong_diagnosis_opens_a_modal_and_stores_the_note(endpoint: Endpoint,
     assert status == 200 and body in (b"", b"{}")
     thanks = fake.recorder.wait_for("chat.postEphemeral")[0].args
     assert "recorded" in thanks["text"] and thanks["thread_ts"] == THREAD
+    assert metrics.FEEDBACK.value("wrong_diagnosis") == before + 1
+    endpoint.event(mention("history 1d", ts="1717172100.000100", event_id="Ev0HIST"))
+    shown = all_text(fake.recorder.wait_for("chat.postMessage", 2)[1].args)
+    assert "1 note: not right" in shown
+
+
+@pytest.mark.slow
+def test_the_same_failure_again_in_its_thread_is_one_line_and_no_new_incident(
+        endpoint: Endpoint, fake: FakeSlack, settings: Settings) -> None:
+    from bot.flows import HistoryQuery, history
+
+    endpoint.event(mention(f"```{VLLM_ERROR}```", ts=THREAD))
+    first = final_answer(fake)
+    fake.recorder.wait_for("chat.getPermalink")
+    fake.recorder.settle()
+    for n, ts in ((2, "1717172000.000100"), (3, "1717172100.000100")):
+        endpoint.event(mention(f"still down\n```{VLLM_ERROR}```", ts=ts, thread_ts=THREAD,
+                               event_id=f"Ev0AGAIN{n}"))
+        short = final_answer(fake, n)
+        shown = blocks_of(short)
+        assert len(shown) == 2 and shown[0]["type"] == "context"  # one line and its buttons
+        assert "\n" not in shown[0]["elements"][0]["text"] and len(blocks_of(first)) > 2
+        nth = "2nd" if n == 2 else "3rd"
+        assert f"Same failure as above, {nth} paste: did fix 1 not work?" in all_text(short)
+    failed = element(shown, "fix_failed")
+    assert failed["text"]["text"] == "Mark fix 1 failed"
+    assert element(shown, "show_answer")["url"].startswith("https://example.slack.com/")
+    assert [r.incident_id for r in history(HistoryQuery(), settings)] == [1]  # no new one
+    endpoint.interaction(click("fix_failed", failed["value"]))
+    assert "did not work" in fake.recorder.wait_for("chat.postEphemeral")[0].args["text"]
+    # another failure in the same thread is a new answer
+    endpoint.event(mention("```torch.OutOfMemoryError: CUDA out of memory. Tried to allocate "
+                           "2.00 GiB. GPU 0 has a total capacity of 79.10 GiB of which 1.00 "
+                           "GiB is free.```", ts="1717172200.000100", thread_ts=THREAD,
+                           event_id="Ev0OTHER"))
+    assert len(blocks_of(final_answer(fake, 4))) > 2
 
 
 def test_a_forged_modal_metadata_is_rejected(endpoint: Endpoint, fake: FakeSlack) -> None:
@@ -374,7 +517,7 @@ def test_secrets_are_not_posted_and_payloads_not_logged(endpoint: Endpoint, fake
     caplog.set_level(logging.DEBUG)
     paste = f"HF_TOKEN={token} vllm serve m\n{VLLM_ERROR}\n{token} rejected: {VLLM_ERROR}"
     endpoint.event(mention(f"```{paste}```"))
-    assert "--max-model-len 77824" in all_text(final_answer(fake))
+    assert CHANGE in all_text(final_answer(fake))
     fake.recorder.settle()
     assert not [c.method for c in fake.recorder.calls if token.encode() in c.raw]
     logged = "\n".join(r.getMessage() for r in caplog.records)
@@ -389,7 +532,7 @@ def test_slash_paste_is_posted_to_the_channel_and_check_refused_privately(
     status, body, _ = endpoint.command(fields)
     assert status == 200 and b"Looking" in body
     answer = fake.recorder.wait_for("response_url")[0].args
-    assert answer["response_type"] == "in_channel" and "--max-model-len 77824" in all_text(answer)
+    assert answer["response_type"] == "in_channel" and CHANGE in all_text(answer)
     fields.update(text="check gpu-07", user_id="U0MALLORY1",
                   response_url=fake.response_url("check"))
     endpoint.command(fields)
@@ -403,10 +546,10 @@ def test_resolve_in_the_thread_records_the_fix(endpoint: Endpoint, fake: FakeSla
     endpoint.event(mention("resolve --max-model-len 32768", ts="1717172000.000100",
                            thread_ts=THREAD, event_id="Ev0RESOLVE"))
     done = all_text(fake.recorder.wait_for("chat.postMessage", 2)[1].args)
-    assert "Resolved group g1" in done and "--max-model-len 32768" in done
+    assert "Marked fixed" in done and "--max-model-len 32768" in done
     endpoint.event(mention("history 1d", ts="1717172100.000100", event_id="Ev0HIST"))
     history = all_text(fake.recorder.wait_for("chat.postMessage", 3)[2].args)
-    assert "resolved" in history and "fixed by: --max-model-len 32768" in history
+    assert f"fixed with --max-model-len 32768 by {ALLOWED}" in history
 
 
 @pytest.mark.slow

@@ -52,9 +52,7 @@ def test_same_paste_twice_is_one_group_two_events(settings: Settings) -> None:
     assert first.incident_id != second.incident_id
     assert (first.count, second.count) == (1, 2)
     assert second.first_seen == first.first_seen
-    assert first.summary().endswith("first time seen")
-    assert "seen 2 times since" in second.summary()
-    assert "never marked fixed" in second.summary()
+    assert second.last_fix is None and second.status == "open"
     assert _count(settings, IncidentEvent) == 2
 
 
@@ -220,7 +218,8 @@ def test_history_rendering(settings: Settings) -> None:
     ids = _seed(settings)
     rows = history(settings=settings)
     text = format_history_text(rows)
-    assert f"#{ids['c']} " in text and "nccl-failure" in text and "gpu-2" in text
+    assert f"#{ids['c']} " in text and "gpu-2" in text
+    assert "g1" not in text.split()  # group ids are internal
     data = json.loads(format_history_json(rows))
     assert [d["incident_id"] for d in data] == _ids(rows)
     assert data[0]["created_at"].startswith("2026-11-30T06:00:00")
@@ -246,7 +245,7 @@ def test_resolve_then_recurrence_reports_last_fix(settings: Settings) -> None:
     again = record(make_diagnosis(PASTE_2), source="cli", settings=settings)
     assert again.status == "open"  # it came back: reopened
     assert again.last_fix == "--max-model-len 77824"
-    assert "last fixed by: --max-model-len 77824 (alice" in again.summary()
+    assert (again.last_fixed_by, again.last_fix_link) == ("alice", None)
 
 
 def test_late_spooled_event_from_before_the_fix_does_not_reopen(settings: Settings) -> None:
@@ -376,7 +375,8 @@ def test_an_incident_s_origin_is_its_channel_and_the_stored_fix(settings: Settin
     assert r.incident_id is not None
     origin = incident_origin(r.incident_id, "lower-max-model-len", settings=settings)
     assert origin is not None and origin.channel == "C42"
-    assert origin.fix_command == "vllm serve meta-llama/Llama-3.1-8B-Instruct --max-model-len 77824"
+    # remembered by the flags it sets, which read the same whatever else the server had
+    assert origin.fix_command == "--max-model-len 77824"
     other = incident_origin(r.incident_id, "no-such-fix", settings=settings)
     assert other is not None and other.fix_command is None
     assert incident_origin(10_000, None, settings=settings) is None

@@ -1,0 +1,155 @@
+"""Fix commands safe to paste: built from the server's own command line, every observed flag
+kept, only the changed one changed, a length that leaves room for two requests, at most three
+fixes, none that differ only in rounding, placeholders never first or behind a button."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from bot.diagnose import diagnose
+from bot.kb.loader import KB, load_kb
+from bot.render.present import present
+from bot.schema import Diagnosis, Evidence
+from bot.sizing.command import parse_command
+from bot.sizing.plan import round_value
+
+ROOT = Path(__file__).resolve().parents[2]
+ERROR = (
+    "INFO 11-30 06:03:16 [gpu_worker.py:227] Available KV cache memory: 9.97 GiB\n"
+    "ERROR 11-30 06:03:16 [core.py:586] ValueError: To serve at least one request with the "
+    "model's max seq len (131072), (16.00 GiB KV cache is needed, which is larger than the "
+    "available KV cache memory (9.97 GiB). Based on the available memory, the estimated maximum "
+    "model length is 77824. Try increasing `gpu_memory_utilization` or decreasing "
+    "`max_model_len` when initializing the engine.\n")
+SERVE = ("$ vllm serve Qwen/Qwen2.5-32B-Instruct --tensor-parallel-size 2 --quantization fp8 "
+         "--port 8001 --max-model-len 131072 --served-model-name qwen")
+
+
+@pytest.fixture(scope="module")
+def kb() -> KB:
+    return load_kb()
+
+
+def run(kb: KB, text: str) -> Diagnosis:
+    return diagnose(Evidence(text=text), kb)
+
+
+def concurrency(d: Diagnosis, length: int) -> float:
+    """Requests of `length` tokens the KV cache holds at once (the edge vLLM printed)."""
+    assert d.sizing is not None and d.sizing.max_model_len_that_fits
+    return d.sizing.max_model_len_that_fits / length
+
+
+def length_of(command: str) -> int:
+    m = re.search(r"--max-model-len (\d+)", command)
+    assert m, command
+    return int(m.group(1))
+
+
+def test_the_shipped_example_s_first_fix_keeps_its_flags_and_leaves_headroom(kb: KB) -> None:
+    d = run(kb, (ROOT / "examples" / "vllm-max-model-len.log").read_text())
+    first = d.fixes[0]
+    assert first.command == ("vllm serve meta-llama/Llama-3.1-8B-Instruct --max-model-len "
+                             "32768 --gpu-memory-utilization 0.9")
+    assert first.change == "--max-model-len 1048576 -> 32768"
+    assert concurrency(d, length_of(first.command)) >= 2
+    assert "81,664 is the edge" in first.predicted and "(1.0x)" in first.predicted
+
+
+def test_a_pasted_command_line_keeps_tp_quantization_port_and_name(kb: KB) -> None:
+    d = run(kb, SERVE + "\n" + ERROR)
+    assert d.server_command == SERVE.removeprefix("$ ")
+    first = d.fixes[0]
+    for flag in ("--tensor-parallel-size 2", "--quantization fp8", "--port 8001",
+                 "--served-model-name qwen"):
+        assert flag in first.command
+    assert first.command.startswith("vllm serve Qwen/Qwen2.5-32B-Instruct ")
+    assert first.change == "--max-model-len 131072 -> 32768"
+    assert concurrency(d, length_of(first.command)) >= 2
+    # only the changed flag differs from what the server ran with
+    assert parse_command(first.command).flags == [  # type: ignore[union-attr]
+        ("--tensor-parallel-size", 2), ("--quantization", "fp8"), ("--port", 8001),
+        ("--max-model-len", 32768), ("--served-model-name", "qwen")]
+
+
+def test_a_continued_command_and_the_engine_s_echo_are_read(kb: KB) -> None:
+    continued = ("vllm serve m --tensor-parallel-size 2 \\\n  --port 8001 \\\n"
+                 "  --max-model-len 131072\n")
+    assert run(kb, continued + ERROR).server_command == (
+        "vllm serve m --tensor-parallel-size 2 --port 8001 --max-model-len 131072")
+    echo = ("INFO 11-18 18:05:05 [cli_args.py:261] non-default args: {'model': 'm', "
+            "'max_model_len': 131072, 'tensor_parallel_size': 2, 'port': 8001}\n")
+    d = run(kb, echo + ERROR)
+    assert d.fixes[0].command == ("vllm serve m --max-model-len 32768 --tensor-parallel-size "
+                                  "2 --port 8001")
+
+
+def test_secrets_on_the_command_line_are_not_kept(kb: KB) -> None:
+    token = "hf_" + "AbCdEfGhIjKlMnOpQrStUvWxYz012345"
+    d = run(kb, f"vllm serve m --api-key {token} --max-model-len 131072\n" + ERROR)
+    assert d.server_command and token not in d.server_command
+    assert all(token not in f.command for f in d.fixes)
+
+
+def test_at_most_three_fixes_none_differing_only_in_rounding(kb: KB) -> None:
+    for ex in kb.examples.values():
+        for case in ex.match:
+            d = run(kb, case.text)
+            assert len(d.fixes) <= 3
+            lengths = [tuple(sorted((k, v) for k, v in f.flags.items() if "len" not in k))
+                       for f in d.fixes if any("len" in k for k in f.flags)]
+            assert len(lengths) == len(set(lengths)), [f.command for f in d.fixes]
+
+
+def test_placeholders_are_never_first_nor_behind_a_button(kb: KB) -> None:
+    for ex in kb.examples.values():
+        for case in ex.match:
+            d = run(kb, case.text)
+            p = present(d)
+            first = next((s for s in p.first if s.key == "fix"), None)
+            if first is not None:
+                # what is to be pasted: the command, or the change to make
+                shown = " ".join(line.plain for line in first.lines
+                                 if line.kind == "command" or "restart" in line.plain)
+                words = shown.split("#", 1)[0].split()  # a word to fill in: MODEL, AWQ_...
+                assert not [w for w in words if re.fullmatch(r"[A-Z][A-Z0-9_]{2,}", w)], shown
+            chosen = {c.fix_id for c in p.choices}
+            for f in d.fixes:
+                if f.id in chosen:
+                    assert not [x for x in f.placeholders if x != "MODEL"], f.command
+
+
+def test_a_checkpoint_to_find_is_an_instruction(kb: KB) -> None:
+    text = (kb.examples["kv-cache-no-blocks"].match[0].text)
+    d = run(kb, text)
+    awq = [f for f in d.fixes if "AWQ_CHECKPOINT_OF_THE_MODEL" in f.command]
+    if awq:
+        assert awq[0].instruction.startswith("Find a 4-bit build of")
+        assert d.fixes[0] is not awq[0]
+
+
+@pytest.mark.parametrize(("limit", "want"), [(40_832, 32_768), (38_912, 32_768),
+                                             (50_000, 49_152), (1_500, 1_024), (1_000, 992),
+                                             (16, 16)])
+def test_round_values(limit: int, want: int) -> None:
+    assert round_value(limit) == want
+
+
+def test_a_manifest_s_args_list_is_kept_and_the_fix_shown_that_way_too(kb: KB) -> None:
+    manifest = ("        args:\n            - --model\n            - Qwen/Qwen2.5-32B-Instruct\n"
+                "            - --tensor-parallel-size\n            - \"2\"\n"
+                "            - --max-model-len\n            - \"131072\"\n"
+                "            - --port\n            - \"8001\"\n")
+    for paste in (manifest, '        args: ["--model", "Qwen/Qwen2.5-32B-Instruct", '
+                            '"--tensor-parallel-size", "2", "--max-model-len", "131072", '
+                            '"--port", "8001"]\n'):
+        d = run(kb, paste + ERROR)
+        first = d.fixes[0]
+        assert first.args == ["--model", "Qwen/Qwen2.5-32B-Instruct", "--tensor-parallel-size",
+                              "2", "--max-model-len", "32768", "--port", "8001"]
+        assert first.command == ("vllm serve --model Qwen/Qwen2.5-32B-Instruct "
+                                 "--tensor-parallel-size 2 --max-model-len 32768 --port 8001")
+        assert first.change == "--max-model-len 131072 -> 32768"
