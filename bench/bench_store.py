@@ -175,15 +175,15 @@ def group_rows(groups: list[Group], start: datetime) -> list[dict[str, Any]]:
     rows = []
     for g in groups:
         line = TEMPLATES[g.problem][g.template]
-        digest, parts = fingerprint(g.problem, line, g.host, g.model)
+        fp = fingerprint(g.problem, line, g.host, g.model)
         rows.append(
             {
                 "id": g.id,
-                "fingerprint": f"{digest[:20]}{g.id:012d}",
+                "fingerprint": f"{fp.digest[:20]}{g.id:012d}",
                 "problem_id": g.problem,
-                "signature": parts["signature"],
+                "signature": fp.signature,
                 "host": g.host,
-                "model": parts["model"],
+                "model": fp.model,
                 "engine": "vllm",
                 "engine_version": g.version,
                 "kb_version": "2026.11.1",
