@@ -98,8 +98,19 @@ class Settings(BaseSettings):
     # Bounds on what one message brings in: the pasted text, each downloaded snippet file.
     max_paste_bytes: int = Field(default=256 * 1024, ge=1024)
     max_file_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
-    # Threads doing the work behind the 3-second ack (diagnosis, collection, uploads).
+    # Threads doing the work behind the 3-second ack (diagnosis, collection, uploads), and how
+    # many messages may wait for one; past that a message is told to retry in a minute.
     workers: int = Field(default=4, ge=1, le=64)
+    work_queue: int = Field(default=1000, ge=1)
+    # The HTTP endpoint (`serve --http`, bot.slack.http): the largest request body (Slack's
+    # events are small: large pastes arrive as files), how long a connection may send nothing,
+    # how long one request may take to arrive, the threads answering complete requests, and
+    # the open connections.
+    http_max_body_bytes: int = Field(default=1_000_000, ge=1024)
+    http_idle_timeout_s: int = Field(default=10, ge=2)
+    http_request_timeout_s: int = Field(default=10, ge=1)
+    http_threads: int = Field(default=16, ge=1, le=256)
+    http_max_connections: int = Field(default=1000, ge=10)
 
     # --- Logs (`inferbot serve`): one line per record, redacted; json for log shippers.
     log_format: Literal["text", "json"] = "text"
