@@ -315,7 +315,8 @@ class Health:
         with self._lock:
             now = time.monotonic()
             if now - self._checked >= self.PROBE_EVERY_S:
-                self._problem = database_problem(self.settings.database_url)
+                self._problem = database_problem(self.settings.database_url,
+                                                 self.settings.db_deadline_s)
                 self._checked = time.monotonic()
             problem = self._problem
         if problem is None:

@@ -33,6 +33,13 @@ class Outbound:
         self.client.chat_update(channel=channel, ts=ts, text=reply.text, blocks=reply.blocks)
         self._attach(channel, thread, reply)
 
+    def delete(self, channel: str, ts: str) -> None:
+        """Remove message `ts` (a placeholder another replica's answer made redundant)."""
+        try:
+            self.client.chat_delete(channel=channel, ts=ts)
+        except SlackApiError as exc:
+            log.warning("delete of a placeholder failed: %s", exc.response.get("error"))
+
     def _attach(self, channel: str, thread: str, reply: Reply) -> None:
         if reply.attachment:
             self.upload(channel, thread, reply.attachment.encode(), reply.attachment_name,

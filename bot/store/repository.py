@@ -51,6 +51,7 @@ from bot.store.db import (
     ensure_schema,
     get_engine,
     migrate,
+    within,
     write_engine,
 )
 from bot.store.search import Search, compact, fts5_match, pg_search_ids, search_terms
@@ -224,7 +225,8 @@ def record(
         excerpt=excerpt,
         created_at=created_at,
     )
-    try:
+
+    def store() -> RecordResult:
         with connectivity():
             engine = get_engine(s.database_url)
             ensure_schema(engine)
@@ -232,6 +234,9 @@ def record(
         with connectivity():
             result = _write_event(engine, entry)
         return result.model_copy(update={"drained": drained})
+
+    try:
+        return within(s.database_url, s.db_deadline_s, store)
     except (StoreUnavailable, SchemaTooNew) as exc:
         path = spool.write(s.spool_dir, entry)
         return RecordResult(
@@ -386,10 +391,14 @@ def record_command(
             "who": who,
         },
     }
-    try:
+
+    def store() -> int:
         engine = open_store(s)
         with connectivity():
             return _write_command(engine, entry)
+
+    try:
+        return within(s.database_url, s.db_deadline_s, store)
     except (StoreUnavailable, SchemaTooNew) as exc:
         path = spool.write(s.spool_dir, entry)
         log.warning("command audit spooled to %s: %s", path, exc)
@@ -724,15 +733,21 @@ def claim_event_key(
     """INSERT `key` into slack_event_keys: True for the first inserter anywhere, False when
     the unique key says another process (or replica) already has it. Keys older than
     `prune_before` are deleted in the same transaction. Raises StoreUnavailable."""
-    engine = open_store(settings)
-    try:
-        with connectivity(), write_engine(engine).begin() as conn:
-            if prune_before is not None:
-                conn.execute(delete(SlackEventKey).where(SlackEventKey.created_at < prune_before))
-            conn.execute(insert(SlackEventKey).values(key=key, created_at=_now()))
-    except IntegrityError:
-        return False
-    return True
+    s = _settings(settings)
+
+    def claim() -> bool:
+        engine = open_store(s)
+        try:
+            with connectivity(), write_engine(engine).begin() as conn:
+                if prune_before is not None:
+                    conn.execute(delete(SlackEventKey)
+                                 .where(SlackEventKey.created_at < prune_before))
+                conn.execute(insert(SlackEventKey).values(key=key, created_at=_now()))
+        except IntegrityError:
+            return False
+        return True
+
+    return within(s.database_url, s.db_deadline_s, claim)
 
 
 # How far back "the incident of this thread" is looked for.

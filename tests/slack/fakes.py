@@ -132,7 +132,11 @@ class FakeSlack:
         return f"{self.base}/response/{name}"
 
     def posts(self) -> list[Call]:
-        return self.recorder.of("chat.postMessage")
+        """The messages posted and still standing (a placeholder may be deleted again)."""
+        deleted = {(c.args.get("channel"), c.args.get("ts"))
+                   for c in self.recorder.of("chat.delete")}
+        return [c for c in self.recorder.of("chat.postMessage")
+                if (c.args.get("channel"), c.response.get("ts")) not in deleted]
 
     # ----- the server side
 

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 import pytest
 from slack_sdk.signature import SignatureVerifier
 
-from tests.fixtures.slack import SECRET, Endpoint, serve_env, serve_process
+from tests.fixtures.slack import SECRET, Endpoint, make_settings, serve_env, serve_process, serving
 from tests.slack.fakes import FakeSlack
 from tests.slack.test_http import VLLM_ERROR, mention
 
@@ -230,3 +230,23 @@ def test_a_burst_of_500_signed_mentions_is_acked_in_time_and_answered_once_each(
     assert acks[-1] < 3
     assert len(per_thread) == 500 and set(per_thread.values()) == {1}
     assert_clean_log(log)
+
+
+def test_a_full_work_queue_tells_the_user_to_retry(fake: FakeSlack, tmp_path: Path) -> None:
+    from bot.slack.app import BUSY
+
+    settings = make_settings(fake, tmp_path, workers=1, work_queue=1)
+    events = [mention(f"```{VLLM_ERROR}```", ts=f"1717190{i:03d}.000100",
+                      event_id=f"Ev0FULL{i:04d}") for i in range(30)]
+    with serving(settings, fake) as endpoint, ThreadPoolExecutor(max_workers=30) as pool:
+        acks = list(pool.map(lambda e: endpoint.event(e), events))
+        assert all(code == 200 and took < 3 for code, _, took in acks)
+        fake.recorder.settle(quiet=2.0, timeout=120)
+    busy = [c for c in fake.recorder.of("chat.postMessage") if c.args.get("text") == BUSY]
+    answered = fake.recorder.of("chat.update")
+    assert busy and answered
+    threads = {c.args["thread_ts"] for c in busy} | {
+        c.args["thread_ts"] for c in fake.recorder.of("chat.postMessage")
+        if c.args.get("text") != BUSY}
+    assert len(threads) == 30  # each mention got the answer or the request to retry
+    assert len(busy) + len(answered) == 30
