@@ -102,16 +102,17 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
             stream.close()
     if args.json:
         sys.stdout.write(to_json(answer.diagnosis, indent=2) + "\n")
-    _report(answer.record, history_line=not args.json)
+    kept = _report(answer.record, history_line=not args.json)
     sys.stdout.flush()
     if args.chart:
         _write_chart(answer.diagnosis, args.chart)
-    return EXIT_OK
+    return EXIT_OK if kept else EXIT_FAIL
 
 
-def _report(rec: Recorded | None, *, history_line: bool) -> None:
-    """What became of the record: the "seen N times ..." line, or one warning on stderr (the
-    diagnosis has been given either way)."""
+def _report(rec: Recorded | None, *, history_line: bool) -> bool:
+    """What became of the record: the "seen N times ..." line, one warning on stderr, or one
+    error when the incident was not kept anywhere (the diagnosis has been given either way);
+    False for the last."""
     from bot.flows import NotStored, Spooled, Stored
 
     if isinstance(rec, Stored) and history_line:
@@ -119,7 +120,9 @@ def _report(rec: Recorded | None, *, history_line: bool) -> None:
     elif isinstance(rec, Spooled):
         sys.stderr.write(f"inferbot: warning: {rec.warning}\n")
     elif isinstance(rec, NotStored):
-        sys.stderr.write(f"inferbot: warning: incident not stored: {rec.reason}\n")
+        sys.stderr.write(f"inferbot: error: incident not stored: {rec.reason}\n")
+        return False
+    return True
 
 
 def _store_down(exc: Exception) -> Failure:
@@ -328,6 +331,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     except InventoryError as exc:
         raise UsageError(one_line(exc)) from None
     report = []
+    lost = False  # an incident kept neither in the database nor in the spool
     for a in answers:
         snap, d = a.snapshot, a.answer.diagnosis if a.answer else None
         if args.json:
@@ -345,12 +349,12 @@ def cmd_check(args: argparse.Namespace) -> int:
             sys.stdout.write(f"   could not read: {line}\n")
         sys.stdout.write(render(d) + "\n" if d is not None else "")
         rec = a.answer.record if a.answer else None
-        _report(rec, history_line=True)
+        lost |= not _report(rec, history_line=True)
         sys.stdout.write("\n")
     if args.json:
         sys.stdout.write(json.dumps({"hosts": report}, indent=2, ensure_ascii=False) + "\n")
         for a in answers:
-            _report(a.answer.record if a.answer else None, history_line=False)
+            lost |= not _report(a.answer.record if a.answer else None, history_line=False)
     sys.stdout.flush()
     # Every host not collected is one line on stderr too, as every command says its errors.
     for a in answers:
@@ -360,7 +364,7 @@ def cmd_check(args: argparse.Namespace) -> int:
             sys.stderr.write(f"inferbot: {'' if named else a.snapshot.host + ': '}{error}\n")
     if any(a.refused for a in answers):
         return EXIT_USAGE
-    return EXIT_FAIL if any(a.snapshot.error for a in answers) else EXIT_OK
+    return EXIT_FAIL if lost or any(a.snapshot.error for a in answers) else EXIT_OK
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {

@@ -41,6 +41,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError, OperationalError, SQLAlchemyError
 
 from bot.config import Settings, get_settings
+from bot.errors import one_line
 from bot.logs import describe_exception
 from bot.schema import CommandRun, Diagnosis, Source, to_data
 from bot.store import spool
@@ -90,7 +91,12 @@ def open_store(settings: Settings | None = None) -> Engine:
     with connectivity():
         engine = get_engine(s.database_url)
     ensure_schema(engine)
-    drain(engine, s)
+    try:
+        drain(engine, s)
+    except StoreUnavailable as exc:
+        # a database that reads but cannot be written (read-only, disk full): reading goes
+        # on; the spool waits for a database that takes writes
+        log.info("spool not drained: %s", exc)
     return engine
 
 
@@ -238,7 +244,12 @@ def record(
     try:
         return within(s.database_url, s.db_deadline_s, store)
     except (StoreUnavailable, SchemaTooNew) as exc:
-        path = spool.write(s.spool_dir, entry)
+        try:
+            path = spool.write(s.spool_dir, entry)
+        except OSError as err:  # read-only or full there too: say so, never lose it quietly
+            raise StoreUnavailable(
+                f"database unavailable ({exc}) and the spool {s.spool_dir} cannot be written "
+                f"({one_line(err, typed=True)})") from None
         return RecordResult(
             spooled=True,
             spool_path=str(path),
