@@ -83,7 +83,7 @@ class Gate:
         try:
             length = int(environ.get("CONTENT_LENGTH") or 0)
         except ValueError:
-            return b"", Refusal("400 Bad Request", "bad request: Content-Length is not a number")
+            return b"", Refusal("400 Bad Request", "Content-Length is not a number")
         if length > self._max_body:  # waitress refuses these first; a direct caller may not
             return b"", Refusal("413 Request Entity Too Large",
                                 f"request body over {self._max_body} bytes")
@@ -95,17 +95,17 @@ class Gate:
         signature = environ.get("HTTP_X_SLACK_SIGNATURE", "")
         if not stamp.isdigit() or len(stamp) > 12:
             return Refusal("400 Bad Request",
-                           "bad request: X-Slack-Request-Timestamp is not a number")
+                           "X-Slack-Request-Timestamp is not a number")
         try:
             body.decode("utf-8")
         except UnicodeDecodeError:
-            return Refusal("400 Bad Request", "bad request: body is not UTF-8")
+            return Refusal("400 Bad Request", "body is not UTF-8")
         if not signature or not self._verifier.is_valid(body, stamp, signature):
-            return Refusal("401 Unauthorized", "refused: invalid or stale request signature")
+            return Refusal("401 Unauthorized", "invalid or stale request signature")
         try:
             event_id = _parse(environ.get("CONTENT_TYPE", ""), body)
         except ValueError as exc:
-            return Refusal("400 Bad Request", f"bad request: {exc}")
+            return Refusal("400 Bad Request", str(exc))
         log.info("request %s (%d bytes)", event_id or "-", len(body))
         return None
 

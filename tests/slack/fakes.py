@@ -13,6 +13,7 @@ queued envelopes, and records the acks the app sends back.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import itertools
 import json
@@ -287,7 +288,9 @@ def _read_frame(conn: socket.socket) -> tuple[int, bytes]:
 
 
 class FakeSocketMode:
-    """Accepts one WebSocket client at a time; sends hello, then each queued envelope."""
+    """Accepts WebSocket clients; sends each hello, then each queued envelope. `send` delivers
+    an envelope to the newest connection, `drop` cuts every connection (a network failure:
+    no close frame)."""
 
     def __init__(self) -> None:
         self.sock = socket.create_server(("127.0.0.1", 0))
@@ -296,9 +299,32 @@ class FakeSocketMode:
         self.envelopes: list[dict[str, Any]] = []
         self.acks: list[dict[str, Any]] = []
         self.request_lines: list[str] = []
+        self.conns: list[socket.socket] = []
         self.cond = threading.Condition()
         self._stop = False
         threading.Thread(target=self._serve, daemon=True).start()
+
+    def send(self, envelope: dict[str, Any]) -> None:
+        with self.cond:
+            self.conns[-1].sendall(_frame(json.dumps(envelope).encode()))
+
+    def drop(self) -> None:
+        with self.cond:
+            for conn in self.conns:
+                with contextlib.suppress(OSError):
+                    conn.shutdown(socket.SHUT_RDWR)
+                conn.close()
+            self.conns.clear()
+
+    def wait_for_connections(self, count: int, timeout: float = 30.0) -> None:
+        """Until `count` connections have said hello since the server started."""
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while len(self.request_lines) < count:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise AssertionError(f"{len(self.request_lines)} of {count} connections")
+                self.cond.wait(left)
 
     def close(self) -> None:
         self._stop = True
@@ -318,7 +344,6 @@ class FakeSocketMode:
             while b"\r\n\r\n" not in request:
                 request += conn.recv(4096)
             lines = request.decode().split("\r\n")
-            self.request_lines.append(lines[0])
             headers = {k.strip().lower(): v.strip() for k, v in
                        (ln.split(":", 1) for ln in lines[1:] if ":" in ln)}
             accept = base64.b64encode(hashlib.sha1(
@@ -326,9 +351,13 @@ class FakeSocketMode:
             conn.sendall(("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
                           f"Connection: Upgrade\r\nSec-WebSocket-Accept: {accept}\r\n\r\n"
                           ).encode())
-            conn.sendall(_frame(json.dumps(RESPONSES["socket_mode_hello"]).encode()))
-            for envelope in self.envelopes:
-                conn.sendall(_frame(json.dumps(envelope).encode()))
+            with self.cond:
+                conn.sendall(_frame(json.dumps(RESPONSES["socket_mode_hello"]).encode()))
+                for envelope in self.envelopes:
+                    conn.sendall(_frame(json.dumps(envelope).encode()))
+                self.conns.append(conn)
+                self.request_lines.append(lines[0])
+                self.cond.notify_all()
             while not self._stop:
                 opcode, data = _read_frame(conn)
                 if opcode == 0x9:  # ping -> pong
