@@ -318,12 +318,15 @@ class FakeSocketMode:
 
     def wait_for_connections(self, count: int, timeout: float = 30.0) -> None:
         """Until `count` connections have said hello since the server started."""
+        self._wait_until(self.request_lines, count, timeout, "connections")
+
+    def _wait_until(self, seen: list[Any], count: int, timeout: float, what: str) -> None:
         deadline = time.monotonic() + timeout
         with self.cond:
-            while len(self.request_lines) < count:
+            while len(seen) < count:
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise AssertionError(f"{len(self.request_lines)} of {count} connections")
+                    raise AssertionError(f"{len(seen)} of {count} {what}")
                 self.cond.wait(left)
 
     def close(self) -> None:
@@ -374,11 +377,6 @@ class FakeSocketMode:
             conn.close()
 
     def wait_for_acks(self, count: int, timeout: float = 15.0) -> list[dict[str, Any]]:
-        deadline = time.monotonic() + timeout
+        self._wait_until(self.acks, count, timeout, "acks from the app")
         with self.cond:
-            while len(self.acks) < count:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise AssertionError(f"{len(self.acks)} of {count} acks from the app")
-                self.cond.wait(left)
             return list(self.acks)
