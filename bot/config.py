@@ -105,6 +105,11 @@ class Settings(BaseSettings):
     # many messages may wait for one; past that a message is told to retry in a minute.
     workers: int = Field(default=4, ge=1, le=64)
     work_queue: int = Field(default=1000, ge=1)
+    # New messages in one channel at most this often (Slack allows about one a second); a
+    # channel's mentions are answered one after another, in the order they came.
+    slack_channel_interval_s: float = Field(default=1.0, ge=0, le=10)
+    # App Home is rendered at most once in this many seconds per user.
+    home_debounce_s: float = Field(default=5.0, ge=0)
     # The HTTP endpoint (`serve --http`, bot.slack.http): the largest request body (Slack's
     # events are small: large pastes arrive as files), how long a connection may send nothing,
     # how long one request may take to arrive, the threads answering complete requests, and

@@ -25,6 +25,7 @@ import signal
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -78,24 +79,47 @@ _USER_SUBTYPES = frozenset({None, "file_share", "thread_broadcast"})
 class Pool:
     """The bounded pool behind the 3-second ack: `workers` threads and at most `queue` tasks
     waiting; `submit` says False past that (the caller tells the user to retry) instead of
-    letting a burst grow memory and delay every answer. A task that fails is logged (its type
-    and a redacted first line, never a payload) and the pool goes on."""
+    letting a burst grow memory and delay every answer. Tasks with the same `key` (a channel)
+    run one after another in the order submitted, so a channel's answers come in order; other
+    keys run alongside. A task that fails is logged (its type and a redacted first line, never
+    a payload) and the pool goes on."""
 
     def __init__(self, workers: int, queue: int) -> None:
         self.executor = ThreadPoolExecutor(max_workers=workers,
                                            thread_name_prefix="inferbot-slack")
         self._slots = threading.BoundedSemaphore(workers + queue)
+        self._chains: dict[str, deque[tuple[Callable[..., None], tuple[Any, ...]]]] = {}
+        self._lock = threading.Lock()
 
-    def submit(self, fn: Callable[..., None], *args: Any) -> bool:
+    def submit(self, fn: Callable[..., None], *args: Any, key: str | None = None) -> bool:
         if not self._slots.acquire(blocking=False):
             log.warning("work queue full: %s refused", fn.__name__)
             return False
+        if key is not None:
+            with self._lock:
+                chain = self._chains.get(key)
+                if chain is not None:  # the key's chain is running: it takes this one next
+                    chain.append((fn, args))
+                    return True
+                self._chains[key] = deque()
+            self.executor.submit(self._chain, key, fn, args)
+            return True
         self.executor.submit(self._guard, fn, *args)
         return True
 
     def later(self, fn: Callable[..., None], *args: Any) -> None:
         """A follow-up (a chart): skipped, and logged, when the queue is full."""
         self.submit(fn, *args)
+
+    def _chain(self, key: str, fn: Callable[..., None], args: tuple[Any, ...]) -> None:
+        while True:
+            self._guard(fn, *args)
+            with self._lock:
+                chain = self._chains[key]
+                if not chain:
+                    del self._chains[key]
+                    return
+                fn, args = chain.popleft()
 
     def _guard(self, fn: Callable[..., None], *args: Any) -> None:
         try:
@@ -104,6 +128,26 @@ class Pool:
             log.error("%s failed: %s", fn.__name__, describe_exception(exc))
         finally:
             self._slots.release()
+
+
+class Debounce:
+    """`due(key)`: True at most once per `seconds` per key (App Home opens come in bursts as
+    a user clicks between tabs; each render costs a views.publish and a store query)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self._last: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def due(self, key: str) -> bool:
+        with self._lock:
+            now = time.monotonic()
+            if now - self._last.get(key, -math.inf) < self.seconds:
+                return False
+            self._last[key] = now
+            if len(self._last) > 10_000:
+                self._last = {k: t for k, t in self._last.items() if now - t < self.seconds}
+            return True
 
 
 # --------------------------------------------------------------------------- the app
@@ -199,7 +243,7 @@ def build(settings: Settings, *, http: bool) -> SlackBot:
     except (BoltError, SlackApiError, URLError, OSError) as exc:
         raise StartupError(f"cannot reach Slack with the bot token: {one_line(exc)}") from None
     pool = Pool(settings.workers, settings.work_queue)
-    handlers = Handlers(settings=settings, out=Outbound(client),
+    handlers = Handlers(settings=settings, out=Outbound(client, settings.slack_channel_interval_s),
                         authz=Authorizer(settings, client), dedup=Dedup(settings),
                         kb=_kb, later=pool.later)
     register(app, handlers, pool.submit)
@@ -224,7 +268,7 @@ def register(app: App, h: Handlers, submit: Callable[..., bool]) -> None:
     @app.event("app_mention")
     def on_mention(event: dict[str, Any], context: BoltContext, say: Say) -> None:
         msg = MessageEvent.model_validate(event)
-        if not submit(h.message, msg, context.bot_user_id, time.monotonic()):
+        if not submit(h.message, msg, context.bot_user_id, time.monotonic(), key=msg.channel):
             say(text=BUSY, thread_ts=msg.thread)
 
     @app.event("message")
@@ -235,7 +279,7 @@ def register(app: App, h: Handlers, submit: Callable[..., bool]) -> None:
         if msg.bot_id or not msg.user or msg.subtype not in _USER_SUBTYPES:
             return
         if (mentioned or msg.channel_type == "im") and \
-                not submit(h.message, msg, bot, time.monotonic()):
+                not submit(h.message, msg, bot, time.monotonic(), key=msg.channel):
             say(text=BUSY, thread_ts=msg.thread)
 
     @app.command(SLASH_COMMAND)
@@ -288,10 +332,12 @@ def register(app: App, h: Handlers, submit: Callable[..., bool]) -> None:
         ack()
         submit(h.wrong, meta, note, str(body["user"]["id"]))
 
+    home_due = Debounce(h.settings.home_debounce_s)
+
     @app.event("app_home_opened")
     def on_home(event: dict[str, Any]) -> None:
         home = HomeEvent.model_validate(event)
-        if home.tab == "home":
+        if home.tab == "home" and home_due.due(home.user):
             submit(h.home, home.user)
 
 

@@ -3,7 +3,11 @@ files, and messages only one person sees."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import threading
+import time
+from collections.abc import Iterator
 
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
@@ -13,18 +17,53 @@ from bot.slack.blocks import Reply
 log = logging.getLogger(__name__)
 
 
-class Outbound:
-    """Posts through the Web API client (its retries and error counting included). A reply too
-    long for a message carries its whole text as a file in the same thread."""
+class Pacer:
+    """At most one new message per `interval_s` per channel (Slack allows about one a second
+    in a channel and answers a burst with 429). A channel's posts take turns: each starts
+    `interval_s` after the previous one finished, its 429 retries (the client waits
+    Retry-After) included, so a burst in one channel goes out steadily instead of as a storm
+    of rejected calls and retries."""
 
-    def __init__(self, client: WebClient) -> None:
+    def __init__(self, interval_s: float) -> None:
+        self.interval_s = interval_s
+        self._next: dict[str, float] = {}
+        self._locks: dict[str, threading.Lock] = {}
+        self._lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def turn(self, channel: str) -> Iterator[None]:
+        with self._lock:
+            lock = self._locks.setdefault(channel, threading.Lock())
+            if len(self._locks) > 10_000:  # forget channels quiet for a while
+                now = time.monotonic()
+                self._next = {c: t for c, t in self._next.items() if t > now}
+                self._locks = {c: k for c, k in self._locks.items() if c in self._next}
+                self._locks[channel] = lock
+        with lock:
+            wait = self._next.get(channel, 0.0) - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)
+            try:
+                yield
+            finally:
+                self._next[channel] = time.monotonic() + self.interval_s
+
+
+class Outbound:
+    """Posts through the Web API client (its retries and error counting included), paced per
+    channel. A reply too long for a message carries its whole text as a file in the same
+    thread."""
+
+    def __init__(self, client: WebClient, pace_s: float = 1.0) -> None:
         self.client = client
+        self.pacer = Pacer(pace_s)
 
     def post(self, channel: str, thread: str, reply: Reply) -> str:
         """Post in the thread; the new message's ts."""
-        resp = self.client.chat_postMessage(channel=channel, thread_ts=thread, text=reply.text,
-                                            blocks=reply.blocks, unfurl_links=False,
-                                            unfurl_media=False)
+        with self.pacer.turn(channel):
+            resp = self.client.chat_postMessage(channel=channel, thread_ts=thread,
+                                                text=reply.text, blocks=reply.blocks,
+                                                unfurl_links=False, unfurl_media=False)
         self._attach(channel, thread, reply)
         return str(resp["ts"])
 
@@ -51,8 +90,9 @@ class Outbound:
         (channel_id + thread_ts), which is what files_upload_v2 does. A failed upload is
         logged: the answer it belongs to is already posted."""
         try:
-            self.client.files_upload_v2(channel=channel, thread_ts=thread, content=content,
-                                        filename=filename, title=title)
+            with self.pacer.turn(channel):  # a file shared in a thread is a message too
+                self.client.files_upload_v2(channel=channel, thread_ts=thread,
+                                            content=content, filename=filename, title=title)
         except SlackApiError as exc:
             log.warning("upload of %s failed: %s", filename, exc.response.get("error"))
 

@@ -94,6 +94,10 @@ class FakeSlack:
         self.fail_next: dict[str, int] = {}
         self.usergroups: dict[str, list[str]] = {}
         self.ws_url = ""
+        # Slack's "about one message per second per channel": a chat.postMessage to a channel
+        # sooner than this after the last one it accepted there gets 429 (0: no limit)
+        self.channel_window_s = 0.0
+        self._last_post: dict[str, float] = {}
         self._ts = itertools.count(1)
         self._lock = threading.Lock()
         fake = self
@@ -193,6 +197,13 @@ class FakeSlack:
             failing = self.fail_next.get(method, 0)
             if failing:
                 self.fail_next[method] = failing - 1
+            elif method == "chat.postMessage" and self.channel_window_s:
+                channel, now = str(args.get("channel")), time.monotonic()
+                # (a little slack for timer jitter between the bot's clock and this one)
+                if now - self._last_post.get(channel, -1e9) < self.channel_window_s * 0.9:
+                    failing = 1
+                else:
+                    self._last_post[channel] = now
         if failing:
             self.recorder.add(Call(f"{method}#429", auth, args, raw, headers))
             limited = RESPONSES["error_ratelimited_http429"]

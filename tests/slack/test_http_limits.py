@@ -122,7 +122,8 @@ def test_half_sent_requests_hold_no_thread_and_are_closed_within_the_idle_timeou
     # a signed request still gets through at once: nothing waits for the half-sent ones
     code, _, took = endpoint.event(mention("help"))
     assert code == 200 and took < 3
-    assert status(proc.pid, "Threads") <= threads_before + 2
+    # (the mention's own work starts a few threads; a thread per connection would be 300)
+    assert status(proc.pid, "Threads") <= threads_before + 8
     closed: list[float] = []
     for sock in socks:  # each read returns at the close (EOF), or later for a later socket
         sock.settimeout(IDLE_S + 10)
