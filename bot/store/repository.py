@@ -41,7 +41,6 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError, OperationalError, SQLAlchemyError
 
 from bot.config import Settings, get_settings
-from bot.errors import one_line
 from bot.logs import describe_exception
 from bot.schema import CommandRun, Diagnosis, Source, to_data
 from bot.store import spool
@@ -52,7 +51,6 @@ from bot.store.db import (
     ensure_schema,
     get_engine,
     migrate,
-    within,
     write_engine,
 )
 from bot.store.search import Search, compact, fts5_match, pg_search_ids, search_terms
@@ -91,12 +89,7 @@ def open_store(settings: Settings | None = None) -> Engine:
     with connectivity():
         engine = get_engine(s.database_url)
     ensure_schema(engine)
-    try:
-        drain(engine, s)
-    except StoreUnavailable as exc:
-        # a database that reads but cannot be written (read-only, disk full): reading goes
-        # on; the spool waits for a database that takes writes
-        log.info("spool not drained: %s", exc)
+    drain(engine, s)
     return engine
 
 
@@ -231,8 +224,7 @@ def record(
         excerpt=excerpt,
         created_at=created_at,
     )
-
-    def store() -> RecordResult:
+    try:
         with connectivity():
             engine = get_engine(s.database_url)
             ensure_schema(engine)
@@ -240,16 +232,8 @@ def record(
         with connectivity():
             result = _write_event(engine, entry)
         return result.model_copy(update={"drained": drained})
-
-    try:
-        return within(s.database_url, s.db_deadline_s, store)
     except (StoreUnavailable, SchemaTooNew) as exc:
-        try:
-            path = spool.write(s.spool_dir, entry)
-        except OSError as err:  # read-only or full there too: say so, never lose it quietly
-            raise StoreUnavailable(
-                f"database unavailable ({exc}) and the spool {s.spool_dir} cannot be written "
-                f"({one_line(err, typed=True)})") from None
+        path = spool.write(s.spool_dir, entry)
         return RecordResult(
             spooled=True,
             spool_path=str(path),
@@ -414,14 +398,10 @@ def record_command(
             "who": who,
         },
     }
-
-    def store() -> int:
+    try:
         engine = open_store(s)
         with connectivity():
             return _write_command(engine, entry)
-
-    try:
-        return within(s.database_url, s.db_deadline_s, store)
     except (StoreUnavailable, SchemaTooNew) as exc:
         path = spool.write(s.spool_dir, entry)
         log.warning("command audit spooled to %s: %s", path, exc)
@@ -772,21 +752,15 @@ def claim_event_key(
     """INSERT `key` into slack_event_keys: True for the first inserter anywhere, False when
     the unique key says another process (or replica) already has it. Keys older than
     `prune_before` are deleted in the same transaction. Raises StoreUnavailable."""
-    s = _settings(settings)
-
-    def claim() -> bool:
-        engine = open_store(s)
-        try:
-            with connectivity(), write_engine(engine).begin() as conn:
-                if prune_before is not None:
-                    conn.execute(delete(SlackEventKey)
-                                 .where(SlackEventKey.created_at < prune_before))
-                conn.execute(insert(SlackEventKey).values(key=key, created_at=_now()))
-        except IntegrityError:
-            return False
-        return True
-
-    return within(s.database_url, s.db_deadline_s, claim)
+    engine = open_store(settings)
+    try:
+        with connectivity(), write_engine(engine).begin() as conn:
+            if prune_before is not None:
+                conn.execute(delete(SlackEventKey).where(SlackEventKey.created_at < prune_before))
+            conn.execute(insert(SlackEventKey).values(key=key, created_at=_now()))
+    except IntegrityError:
+        return False
+    return True
 
 
 # How far back "the incident of this thread" is looked for.
