@@ -243,25 +243,19 @@ def register(app: App, h: Handlers, submit: Callable[..., None]) -> None:
         submit(h.collect, Asker(origin="slack", user=click.user.id, channel=channel,
                                 thread=click.thread), click.value)
 
-    @app.action(blocks.ACTION_FIXED)
-    def on_fixed(ack: Ack, body: dict[str, Any]) -> None:
-        ack()
-        submit(h.fixed, ActionBody.model_validate(body))
+    def acting(handle: Callable[[ActionBody], None]) -> Callable[[Ack, dict[str, Any]], None]:
+        """A button or menu: acknowledge, parse the action, hand it to its handler."""
 
-    @app.action(blocks.ACTION_DETAILS)
-    def on_details(ack: Ack, body: dict[str, Any]) -> None:
-        ack()
-        submit(h.details, ActionBody.model_validate(body))
+        def listener(ack: Ack, body: dict[str, Any]) -> None:
+            ack()
+            submit(handle, ActionBody.model_validate(body))
 
-    @app.action(blocks.ACTION_FIX_FAILED)
-    def on_fix_failed(ack: Ack, body: dict[str, Any]) -> None:
-        ack()
-        submit(h.fix_failed, ActionBody.model_validate(body))
+        return listener
 
-    @app.action(blocks.ACTION_SIZE_PICK)
-    def on_size_pick(ack: Ack, body: dict[str, Any]) -> None:
-        ack()
-        submit(h.size_pick, ActionBody.model_validate(body))
+    for action, handle in ((blocks.ACTION_FIXED, h.fixed), (blocks.ACTION_DETAILS, h.details),
+                           (blocks.ACTION_FIX_FAILED, h.fix_failed),
+                           (blocks.ACTION_SIZE_PICK, h.size_pick)):
+        app.action(action)(acting(handle))
 
     @app.action(blocks.ACTION_SHOW)
     def on_show(ack: Ack) -> None:
