@@ -36,6 +36,13 @@ MODEL_FLAGS = frozenset({"--model", "--model-path", "--model-id"})
 _ECHO = "non-default args"
 _PLACEHOLDER = re.compile(r"^[A-Z][A-Z0-9_]{2,}$")
 MAX_COMMAND_CHARS = 2000
+# The flags that set the tensor-parallel size, as each engine spells them (dashed). A whole
+# vLLM or SGLang command without one runs on one GPU; TGI shards over every visible GPU, and a
+# `--config` file may set it, so neither says anything.
+_TP_SETTERS = frozenset({"--tensor-parallel-size", "-tp", "--tp", "--tp-size", "--config"})
+# A model as a command names it: a repo id, a path or a name with a size or version in it. A
+# plain word ("vllm serve or the training script") is a sentence naming the command.
+_CHECKPOINT = re.compile(r"[/\d._-]")
 
 
 @dataclass(slots=True)
@@ -61,6 +68,10 @@ class ServerCommand:
 
     def get(self, flag: str) -> Value:
         return next((v for f, v in self.flags if f == flag), None)
+
+    def get_model(self) -> Value:
+        """The model a flag names (`--model`, `--model-path`, `--model-id`)."""
+        return next((v for f, v in self.flags if f in MODEL_FLAGS), None)
 
     def has(self, flag: str) -> bool:
         return any(f == flag for f, _ in self.flags)
@@ -287,6 +298,12 @@ class CommandReader:
             self._take(self._pending)
         if self.command is None:
             self.command = self._echo
+        cmd = self.command
+        model = cmd and (cmd.model or cmd.get_model())
+        if (cmd is not None and cmd.engine in ("vllm", "sglang") and isinstance(model, str)
+                and _CHECKPOINT.search(model)
+                and not any(f in _TP_SETTERS for f, _ in cmd.flags)):
+            sink.set_default("tensor_parallel_size", 1)
 
     @property
     def observed(self) -> str | None:

@@ -372,19 +372,26 @@ def place(kb: KB, problems: list[ProblemMatch], facts: Facts, sizing: Sizing | N
     given to the problem that claims them when the facts say so (knowledge/problems:
     `claims`): weights that cannot fit the GPU ran out while loading, whatever the sentence
     around a quoted OOM says."""
-    out = []
+    out: list[ProblemMatch] = []
     for p in problems:
         taker = next((q for q in kb.problems.values() for c in q.claims
                       if c.problem == p.id and (p.phase is None or p.from_prose)
                       and CONDITIONS[c.when](facts, sizing) is not None), None)
-        if taker is None or any(o.id == taker.id for o in problems):
+        matched = next((o for o in problems if o.id == taker.id), p) if taker else p
+        if taker is None or matched.confidence < p.confidence:
             out.append(p)
             continue
+        # a taker the text names as strongly (further down) moves up here with its own lines:
+        # where the words do not decide between the two, the facts do
         why = CONDITIONS[next(c.when for c in taker.claims if c.problem == p.id)](facts, sizing)
-        out.append(dataclasses.replace(p, id=taker.id, title=taker.title,
+        out.append(dataclasses.replace(matched, id=taker.id, title=taker.title,
                                        summary=taker.short_answer.strip(),
-                                       evidence=[*p.evidence, f"(placed by the facts: {why})"]))
-    return out
+                                       evidence=[*matched.evidence,
+                                                 f"(placed by the facts: {why})"]))
+    first: dict[str, ProblemMatch] = {}
+    for p in out:
+        first.setdefault(p.id, p)
+    return list(first.values())
 
 
 def _match(sc: Scored) -> CauseMatch:

@@ -93,3 +93,18 @@ def test_an_unplaced_oom_in_a_trainers_run_happened_while_it_trained(kb: KB) -> 
 
 def test_the_same_oom_alone_is_read_as_start_up(kb: KB) -> None:
     assert run(kb, VERL_OOM.split("\n", 1)[1]).problems[0].id == "oom-during-startup-profiling"
+
+
+# vllm#5714: the author's words name both a load failure and the OOM; 70B bf16 on one 80 GB GPU
+BOTH_NAMED = ("We should strive to be more helpful in telling the user why vLLM went out of "
+              "memory. We can start with the easy case of failing to initialize or load the "
+              "model.\n"
+              "Here is the new message when trying to load Llama 3 70B on a single 80GB GPU:\n"
+              "python -c 'from vllm import LLM;LLM(\"meta-llama/Meta-Llama-3-70B-Instruct\")'\n")
+
+
+def test_weights_that_cannot_fit_decide_between_two_readings_the_words_name(kb: KB) -> None:
+    d = run(kb, BOTH_NAMED)
+    assert [p.id for p in d.problems][:1] == ["oom-loading-weights"]
+    assert len({p.id for p in d.problems}) == len(d.problems)  # moved up, not named twice
+    assert any("placed by the facts" in e for e in d.problems[0].evidence)

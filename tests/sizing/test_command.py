@@ -153,3 +153,35 @@ def test_a_manifest_s_args_list_is_kept_and_the_fix_shown_that_way_too(kb: KB) -
         assert first.command == ("vllm serve --model Qwen/Qwen2.5-32B-Instruct "
                                  "--tensor-parallel-size 2 --max-model-len 32768 --port 8001")
         assert first.change == "--max-model-len 131072 -> 32768"
+
+
+# Qwen3#67: eight A800s visible, a whole vLLM command with no TP size, the 72B model's load OOMs
+UNSHARDED = (
+    "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 384.00 MiB. GPU 0 has a "
+    "total capacty of 79.33 GiB of which 351.81 MiB is free.\n"
+    "8张A800的显存\n"
+    "CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 python -m vllm.entrypoints.openai.api_server \\\n"
+    "--model qwen/Qwen1.5-72B-Chat\n")
+
+
+@pytest.mark.parametrize(("command", "tp"), [
+    ("vllm serve Qwen/Qwen1.5-72B-Chat --port 8000", 1),
+    ("python -m sglang.launch_server --model-path Qwen/Qwen1.5-72B-Chat", 1),
+    ("vllm serve Qwen/Qwen1.5-72B-Chat -tp 4", 4),
+    # TGI shards over every visible GPU; a config file may set the size
+    ("text-generation-launcher --model-id Qwen/Qwen1.5-72B-Chat", None),
+    ("vllm serve Qwen/Qwen1.5-72B-Chat --config serve.yaml", None),
+], ids=["vllm", "sglang", "tp-flag", "tgi", "config-file"])
+def test_a_whole_command_without_a_tp_size_runs_on_one_gpu(kb: KB, command: str,
+                                                           tp: int | None) -> None:
+    assert run(kb, command + "\n").facts.tensor_parallel_size == tp
+
+
+def test_weights_that_cannot_fit_an_unsharded_gpu_ran_out_while_loading(kb: KB) -> None:
+    d = run(kb, UNSHARDED)
+    assert d.facts.tensor_parallel_size == 1
+    assert d.problems[0].id == "oom-loading-weights"
+    assert d.causes[0].id == "tensor-parallel-too-small"
+    # without the command, eight GPUs may have been sharded over: the phase stays open
+    cut = UNSHARDED.split("CUDA_VISIBLE")[0]
+    assert run(kb, cut).problems[0].id != "oom-loading-weights"
