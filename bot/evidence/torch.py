@@ -11,8 +11,10 @@ Who holds the memory is the point. "this process has U" is the process that fail
 server). "Process N has U" is another process, except inside a container: there torch cannot
 see its own PID and lists the server itself as "Process N". Such a line, with no "this
 process", whose size is what PyTorch allocated plus the CUDA context, is the server; a line
-far larger than that, or a second one, is someone else. Each message is read on its own (every
-rank of a multi-GPU server prints one), whether it arrived on one line or re-flowed over several.
+far larger than that, or a second one, is someone else. In a message cut before PyTorch's own
+figures the largest of several lines is taken to be the server, so what the others hold is a
+floor. Each message is read on its own (every rank of a multi-GPU server prints one), whether
+it arrived on one line or re-flowed over several.
 """
 
 from __future__ import annotations
@@ -73,8 +75,14 @@ class _Message:
         """Which "Process N" line is the failing process, where torch did not say "this
         process" (torch 2.1, or a container). `used` is the GPU's total minus its free memory."""
         own = self.own_reserved()
-        if self.this_process is not None or own is None or not self.others:
+        if self.this_process is not None or not self.others:
             return None
+        if own is None:
+            # a message cut before PyTorch's own figures: of several processes the failing one
+            # is taken to be the largest, so what the others hold is the least it can be
+            if len(self.others) < 2:
+                return None
+            return max(self.others, key=lambda o: o[1])[0]
         if len(self.others) == 1 and used is not None and own >= 0.5 \
                 and abs(self.others[0][1] - used) <= max(0.5, 0.02 * used):
             # the only process listed holds all the memory in use, PyTorch's allocation in the

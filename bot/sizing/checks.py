@@ -102,8 +102,8 @@ def foreign_processes_h(f: Facts) -> str | None:
     procs = [p for p in f.processes if p.is_server is False and p.used_mib]
     if not procs:
         return None
-    return ", ".join(f"pid {p.pid} {p.name or '?'} {gib((p.used_mib or 0) / 1024)}"
-                     for p in procs)
+    return ", ".join(" ".join(w for w in (f"pid {p.pid}", p.name, gib((p.used_mib or 0) / 1024))
+                              if w) for p in procs)
 
 
 # -- another tenant on the GPU ----------------------------------------------------------------

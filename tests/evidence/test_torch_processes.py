@@ -81,3 +81,22 @@ def test_each_ranks_message_is_judged_on_its_own() -> None:
     rank1 = CONTAINER.replace("Process 78729", "Process 78730").replace("GPU 3", "GPU 2")
     got = listed(CONTAINER + "\n" + rank1)
     assert got == {78729: (61.41, True), 78730: (61.41, True)}
+
+
+# Qwen3-VL#1224: the message cut before PyTorch's own figures, six processes on a 24 GB card
+CUT = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 418.00 MiB. GPU 0 has a "
+       "total capacity of 23.69 GiB of which 193.25 MiB is free. Process 1254 has 730.00 MiB "
+       "memory in use. Process 1243 has 424.00 MiB memory in use. Process 1349 has 800.00 MiB "
+       "memory in use. Process 1348 has 3.70 GiB memory in use. Process 1892152 has 2.96 GiB "
+       "memory in use. Process 2167142 has 14.90 GiB memory in use.")
+
+
+def test_cut_before_pytorchs_figures_the_largest_of_several_is_the_server() -> None:
+    got = listed(CUT)
+    assert got[2167142] == (14.9, True)
+    assert {pid for pid, (_, server) in got.items() if server is False} == {
+        1254, 1243, 1349, 1348, 1892152}
+    assert round(extract_facts(CUT).foreign_processes_gib or 0, 2) == 8.57
+    # one process alone, with nothing to compare it to, may be either
+    one = CUT.split(" Process 1243")[0]
+    assert listed(one) == {1254: (0.71, None)}
