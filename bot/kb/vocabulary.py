@@ -16,7 +16,8 @@ from bot.schema import Facts, Sizing, SizingFigures, field_names
 # facts and the sizing that returns the sentence proving it, or None.
 CONDITIONS: frozenset[str] = frozenset({
     "activation_peak_large", "already_eager", "already_quantized", "bf16_on_pre_ampere",
-    "chunked_prefill_off_long_context", "cuda_graph_large", "foreign_process_holds_memory",
+    "chunked_prefill_off_long_context", "cuda_graph_abnormal", "cuda_graph_large",
+    "foreign_process_holds_memory",
     "fp8_kv_would_fit", "full_precision_fp32", "gpu_below_volta", "gpu_count_unknown",
     "host_has_enough_gpus", "in_cuda_graph_capture", "in_sampler_warmup",
     "kv_cache_already_fp8", "kv_cache_short", "kv_fits_only_a_tiny_context",

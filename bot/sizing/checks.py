@@ -530,6 +530,19 @@ def _graphs(f: Facts, s: Sizing | None) -> str | None:
     return None
 
 
+# CUDA graphs usually take 0.3-3 GiB per GPU; an estimate several times that (a large MoE with
+# many capture sizes, or a pessimistic profiler) is itself what left the KV cache no room.
+GRAPHS_ABNORMAL_GIB = 8.0
+
+
+@condition("cuda_graph_abnormal")
+def _graphs_abnormal(f: Facts, s: Sizing | None) -> str | None:
+    graphs = f.cuda_graph_gib
+    if graphs is None or graphs < GRAPHS_ABNORMAL_GIB:
+        return None
+    return f"CUDA graphs are estimated at {gib(graphs)}, several times the usual 1-3 GiB per GPU"
+
+
 @condition("in_sampler_warmup")
 def _in_warmup(f: Facts, s: Sizing | None) -> str | None:
     if f.phase != "warmup" or f.engine not in (None, "vllm"):
