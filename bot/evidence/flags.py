@@ -229,7 +229,7 @@ class FlagsExtractor:
             apply_setting(str(key), value, sink, line_no)
 
     def _command(self, text: str, sink: FactSink, line_no: int) -> None:
-        tokens = [t.strip("'\"") for t in _TOKEN.findall(text)]
+        tokens = [t.strip("'\"`") for t in _TOKEN.findall(text)]
         if self._model_next and tokens and tokens[0] != "\\":
             self._model_next = False
             if not tokens[0].startswith("-"):

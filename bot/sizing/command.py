@@ -30,6 +30,7 @@ _PROGRAMS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("sglang", ("python", "-m", "sglang.launch_server")),
     ("sglang", ("python3", "-m", "sglang.launch_server")),
     ("tgi", ("text-generation-launcher",)),
+    ("lmdeploy", ("lmdeploy", "serve", "api_server")),
 )
 # The flags that name the model (vLLM's `serve` also takes it as its first word).
 MODEL_FLAGS = frozenset({"--model", "--model-path", "--model-id"})
@@ -37,8 +38,8 @@ _ECHO = "non-default args"
 _PLACEHOLDER = re.compile(r"^[A-Z][A-Z0-9_]{2,}$")
 MAX_COMMAND_CHARS = 2000
 # The flags that set the tensor-parallel size, as each engine spells them (dashed). A whole
-# vLLM or SGLang command without one runs on one GPU; TGI shards over every visible GPU, and a
-# `--config` file may set it, so neither says anything.
+# vLLM, SGLang or lmdeploy command without one runs on one GPU; TGI shards over every visible
+# GPU, and a `--config` file may set it, so neither says anything.
 _TP_SETTERS = frozenset({"--tensor-parallel-size", "-tp", "--tp", "--tp-size", "--config"})
 # A model as a command names it: a repo id, a path or a name with a size or version in it. A
 # plain word ("vllm serve or the training script") is a sentence naming the command.
@@ -108,6 +109,7 @@ def parse_command(line: str) -> ServerCommand | None:
         words = shlex.split(line, comments=True)
     except ValueError:  # an unbalanced quote: read the words as written
         words = line.split()
+    words = [w.strip("`") for w in words]  # a command quoted as inline code
     for start in range(len(words)):
         for engine, program in _PROGRAMS:
             end = start + len(program)
@@ -120,7 +122,8 @@ def parse_command(line: str) -> ServerCommand | None:
 def _read(engine: str, program: tuple[str, ...], rest: list[str]) -> ServerCommand:
     cmd = ServerCommand(engine, program)
     i = 0
-    if engine == "vllm" and program[-1] == "serve" and rest and not rest[0].startswith("-"):
+    if engine in ("vllm", "lmdeploy") and program[-1] in ("serve", "api_server") and rest \
+            and not rest[0].startswith("-"):
         cmd.model, i = rest[0], 1
     while i < len(rest):
         word = rest[i]
@@ -231,7 +234,7 @@ class CommandReader:
     name: ClassVar[str] = "command"
     anchors: ClassVar[tuple[str, ...]] = (
         "vllm serve", "vllm.entrypoints.openai.api_server", "sglang.launch_server",
-        "text-generation-launcher", _ECHO, "args:")
+        "text-generation-launcher", "lmdeploy serve", _ECHO, "args:")
     follow: ClassVar[int] = 40  # a shell line's continuations, a manifest's args items
 
     def __init__(self) -> None:
@@ -300,7 +303,8 @@ class CommandReader:
             self.command = self._echo
         cmd = self.command
         model = cmd and (cmd.model or cmd.get_model())
-        if (cmd is not None and cmd.engine in ("vllm", "sglang") and isinstance(model, str)
+        if (cmd is not None and cmd.engine in ("vllm", "sglang", "lmdeploy")
+                and isinstance(model, str)
                 and _CHECKPOINT.search(model)
                 and not any(f in _TP_SETTERS for f, _ in cmd.flags)):
             sink.set_default("tensor_parallel_size", 1)

@@ -168,13 +168,18 @@ UNSHARDED = (
     ("vllm serve Qwen/Qwen1.5-72B-Chat --port 8000", 1),
     ("python -m sglang.launch_server --model-path Qwen/Qwen1.5-72B-Chat", 1),
     ("vllm serve Qwen/Qwen1.5-72B-Chat -tp 4", 4),
+    # lmdeploy#2442, quoted as inline code
+    ("`CUDA_VISIBLE_DEVICES=0,1 lmdeploy serve api_server "
+     "hugging-quants/Meta-Llama-3.1-70B-Instruct-AWQ-INT4`", 1),
     # TGI shards over every visible GPU; a config file may set the size
     ("text-generation-launcher --model-id Qwen/Qwen1.5-72B-Chat", None),
     ("vllm serve Qwen/Qwen1.5-72B-Chat --config serve.yaml", None),
-], ids=["vllm", "sglang", "tp-flag", "tgi", "config-file"])
+], ids=["vllm", "sglang", "tp-flag", "lmdeploy", "tgi", "config-file"])
 def test_a_whole_command_without_a_tp_size_runs_on_one_gpu(kb: KB, command: str,
                                                            tp: int | None) -> None:
-    assert run(kb, command + "\n").facts.tensor_parallel_size == tp
+    d = run(kb, command + "\n")
+    assert d.facts.tensor_parallel_size == tp
+    assert d.facts.model is not None and d.facts.model.endswith(("Chat", "INT4"))
 
 
 def test_weights_that_cannot_fit_an_unsharded_gpu_ran_out_while_loading(kb: KB) -> None:
