@@ -456,6 +456,19 @@ def _trainer_pool(f: Facts, s: Sizing | None) -> str | None:
             "beside it needs the rest")
 
 
+# lmdeploy's KV cache takes this share of the memory left after the weights unless
+# --cache-max-entry-count says otherwise (0.8 since v0.2.1).
+LMDEPLOY_DEFAULT_POOL = 0.8
+
+
+@condition("lmdeploy_default_pool")
+def _lmdeploy_pool(f: Facts, s: Sizing | None) -> str | None:
+    if f.engine != "lmdeploy" or f.cache_max_entry_count is not None:
+        return None
+    return (f"lmdeploy's default cache_max_entry_count {LMDEPLOY_DEFAULT_POOL:g} gives the KV "
+            f"cache {LMDEPLOY_DEFAULT_POOL:.0%} of the memory left after the weights")
+
+
 @condition("utilization_high")
 def _util_high(f: Facts, s: Sizing | None) -> str | None:
     share = f.cache_max_entry_count

@@ -133,6 +133,8 @@ ROWS = [
         "vision"),
     Row("in_cuda_graph_capture", dict(phase="cuda-graph"), dict(phase="profiling"), "CUDA graphs"),
     Row("cuda_graph_large", dict(cuda_graph_gib=2.5), dict(cuda_graph_gib=0.2), "2.50 GiB"),
+    Row("lmdeploy_default_pool", dict(engine="lmdeploy"),
+        dict(engine="lmdeploy", cache_max_entry_count=0.2), "0.8"),
     Row("cuda_graph_abnormal", dict(cuda_graph_gib=118.65), dict(cuda_graph_gib=2.5),
         "118.65 GiB"),
     Row("already_eager", dict(enforce_eager=True), dict(enforce_eager=False), "enforce-eager"),
