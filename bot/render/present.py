@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Literal
@@ -234,6 +235,37 @@ def numbers(d: Diagnosis) -> list[str]:
     for note in s.notes if s else []:
         out.append(f"note: {note}")
     return out
+
+
+def fit_answer(d: Diagnosis) -> str | None:
+    """Whether the model a question names fits the GPUs it names, in one sentence from the
+    sizing ("will qwen 72b fit on two h100s?"); None when the paste reports a failure or the
+    sizing lacks the weights or the budget."""
+    f, s = d.facts, d.sizing
+    if d.problems or s is None or not f.model or s.weights_gib is None or s.budget_gib is None:
+        return None
+    shards = f.tensor_parallel_size or f.gpu_count or 1
+    per = f"{gib(s.weights_gib)} of weights per GPU" + (f" at TP {shards}" if shards > 1 else "")
+    if s.weights_gib >= s.budget_gib:
+        return (f"Does not fit: {per} against a {gib(s.budget_gib)} budget per GPU; more GPUs "
+                "or a quantized checkpoint are needed.")
+    fits = s.max_model_len_that_fits
+    if not fits:
+        return f"The weights load ({per}) but leave no room for the KV cache."
+    target = s.extra.target_max_model_len
+    at = (f"; {s.max_concurrency:.2f}x concurrency at {target:,} tokens"
+          if s.max_concurrency is not None and target else "")
+    return f"Fits with {per}: the KV cache holds one request of up to {fits:,} tokens{at}."
+
+
+def size_command(d: Diagnosis) -> str:
+    """`inferbot size` for the model and GPUs the paste names, as the calculator takes them."""
+    f, s = d.facts, d.sizing
+    model = (s.extra.model_id if s is not None and s.extra.model_id else None) or f.model or ""
+    words = ["inferbot size", shlex.quote(model), "--gpu", shlex.quote(f.gpu_name or "GPU")]
+    if f.gpu_count and f.gpu_count > 1:
+        words += ["--gpus", str(f.gpu_count), "--tp", str(f.tensor_parallel_size or f.gpu_count)]
+    return " ".join(words)
 
 
 def _kv(d: Diagnosis) -> tuple[float | None, float | None]:
@@ -478,6 +510,10 @@ def _no_match(d: Diagnosis, history: History | None) -> Presentation:
         seen.append(raised)
     seen += d.notes
     known = {k: v for k, v in d.facts.known().items() if k not in ("gpus", "processes")}
+    fit = fit_answer(d)
+    if fit is not None:
+        # a question about a model and a GPU, not a failure: the answer is the arithmetic
+        seen.insert(0, fit)
     if not known and not seen:
         seen.append("Nothing in it looks like a vLLM, SGLang, TGI or GPU message I know.")
     help_line = ("Paste the whole error in a code block, attach the server's log (a snippet "
@@ -486,7 +522,11 @@ def _no_match(d: Diagnosis, history: History | None) -> Presentation:
         help_line = ("If the server failed too, paste its own log (the lines before this "
                      "traceback, or `docker logs` of the server); the exception itself is in "
                      "the details.")
-    if known:
+    if fit is not None:
+        help_line = ("Other lengths, concurrency or an fp8 KV cache: "
+                     f"`{size_command(d)}` with --max-model-len, --concurrency or "
+                     "--kv-cache-dtype fp8; if a server failed, paste its log.")
+    if known and fit is None:
         read = ", ".join(f"{k}: {v}" for k, v in list(known.items())[:4])
         seen.append(clip(f"I could read {read}, but no failure I know in it.", 300))
     sections = [Section("headline", "", [Line.of(s) for s in seen], first=True)]
@@ -504,4 +544,6 @@ def _no_match(d: Diagnosis, history: History | None) -> Presentation:
             sections.append(Section("numbers", "The numbers for that model on that GPU",
                                     [Line.of(n) for n in nums]))
     sections.append(Section("about", "", [Line.of(f"knowledge base {d.kb_version}")]))
-    return Presentation("No known problem matched.", False, sections)
+    title = f"Sizing: {d.facts.model} on {gpu_words(d.facts, None)}" if fit else (
+        "No known problem matched.")
+    return Presentation(title, False, sections)

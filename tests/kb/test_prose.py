@@ -7,6 +7,7 @@ import pytest
 
 from bot.diagnose import diagnose
 from bot.kb.loader import KB, load_kb
+from bot.render.present import present
 from bot.schema import Diagnosis, Evidence
 
 
@@ -77,3 +78,18 @@ def test_a_sentence_never_makes_a_memory_claim_against_the_log(kb: KB, text: str
 def test_a_quoted_message_inside_a_sentence_is_the_users_report(kb: KB) -> None:
     d = run(kb, "I always get `ValueError: No available memory for the cache blocks` at start")
     assert d.top is not None and d.top.id == "kv-cache-no-blocks" and d.top.from_prose
+
+
+@pytest.mark.parametrize(("question", "says"), [
+    ("will qwen 72b fit on two h100s?",
+     ["Fits with 67.72 GiB of weights per GPU at TP 2", "up to 8,112 tokens"]),
+    ("can i run llama 70b on one a100 80g", ["Does not fit: 131.41 GiB of weights per GPU"]),
+])
+def test_a_question_about_a_model_and_a_gpu_is_answered_with_the_fit(
+        kb: KB, question: str, says: list[str]) -> None:
+    shown = present(run(kb, question))
+    first = "\n".join(line.plain for sec in shown.first for line in sec.lines)
+    assert shown.title.startswith("Sizing: ")
+    assert all(s in first for s in says), first
+    assert "no failure I know" not in first
+    assert "inferbot size " in first  # the calculator for other settings, ready to paste
