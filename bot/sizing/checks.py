@@ -121,12 +121,24 @@ def _other_process(f: Facts, s: Sizing | None) -> str | None:
 
 @condition("memory_outside_pytorch")
 def _outside(f: Facts, s: Sizing | None) -> str | None:
-    """torch <= 2.0 names no other process, but total - free - reserved is memory this process's
-    allocator does not hold: beyond a CUDA context (~0.5-1.5 GiB) it belongs to someone else."""
-    out, total = f.oom_outside_pytorch_gib, _total(f, s)
+    """Memory in use that the failing process does not hold. torch >= 2.2 says what that
+    process holds ("this process has"), so total - free - that is someone else's even where
+    torch could list nobody (another container's processes); torch <= 2.0 names no process,
+    but total - free - reserved is memory the allocator does not hold, and beyond a CUDA
+    context (~0.5-1.5 GiB) it belongs to someone else."""
+    total, in_use = _total(f, s), f.oom_process_in_use_gib
+    if in_use and total is not None and f.oom_free_gib is not None:
+        # torch >= 2.2 said what the failing process holds: the rest of the used memory is
+        # someone else's, whether or not NVML let torch list them (another container's are not)
+        others = total - f.oom_free_gib - in_use
+        if others < max(2.0, 0.1 * total):
+            return None
+        return (f"{gib(others)} of the {gib(total)} GPU was in use by others: the failing "
+                f"process held {gib(in_use)} and {gib(f.oom_free_gib)} was free")
+    out = f.oom_outside_pytorch_gib
     if out is None or total is None or out < max(2.0, 0.1 * total):
         return None
-    if any(p.is_server for p in f.processes) or (f.oom_process_in_use_gib or 0) > 0:
+    if any(p.is_server for p in f.processes):
         return None  # torch accounted for this process; other_process_memory covers the rest
     return (f"{gib(out)} of the {gib(total)} GPU was neither free nor held by the failing "
             "process's PyTorch allocator: another process holds it")

@@ -41,6 +41,10 @@ ROWS = [
         dict(processes=[other(7, 9.0)], foreign_processes_gib=9.0), "server's own"),
     Row("memory_outside_pytorch", dict(gpu_total_gib=44.56, oom_outside_pytorch_gib=16.08),
         dict(gpu_total_gib=44.56, oom_outside_pytorch_gib=0.6), "16.08 GiB"),
+    # dynamo#1492: torch >= 2.2 names only the failing process (2.46 GiB); others hold the rest
+    Row("memory_outside_pytorch",
+        dict(gpu_total_gib=79.2, oom_free_gib=0.05, oom_process_in_use_gib=2.46),
+        dict(gpu_total_gib=79.2, oom_free_gib=0.05, oom_process_in_use_gib=78.0), "76.69 GiB"),
     Row("memory_in_use_before_start", dict(gpu_total_gib=47.38, used_before_start_gib=15.94),
         dict(gpu_total_gib=47.38, used_before_start_gib=0.5), "15.94 GiB"),
     Row("startup_free_check_failed", dict(free_memory_gib=31.44, gpu_total_gib=47.38,
