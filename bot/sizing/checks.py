@@ -108,10 +108,18 @@ def foreign_processes_h(f: Facts) -> str | None:
 
 # -- another tenant on the GPU ----------------------------------------------------------------
 
+def _too_little_to_matter(f: Facts, held: float) -> bool:
+    """What others hold could not have made the failed allocation fit: a 58 GiB request with
+    47.69 GiB free is short by more than another process's 3.24 GiB, so stopping it is not
+    the fix (the request is)."""
+    tried, free = f.oom_tried_to_allocate_gib, f.oom_free_gib
+    return tried is not None and free is not None and held < tried - free
+
+
 @condition("other_process_memory")
 def _other_process(f: Facts, s: Sizing | None) -> str | None:
     foreign = _foreign(f, s)
-    if foreign is None or foreign <= FOREIGN_MIN_GIB:
+    if foreign is None or foreign <= FOREIGN_MIN_GIB or _too_little_to_matter(f, foreign):
         return None
     torch_seen = any(p.source == "torch" and p.is_server is False for p in f.processes)
     who = foreign_processes_h(f)
@@ -131,7 +139,7 @@ def _outside(f: Facts, s: Sizing | None) -> str | None:
         # torch >= 2.2 said what the failing process holds: the rest of the used memory is
         # someone else's, whether or not NVML let torch list them (another container's are not)
         others = total - f.oom_free_gib - in_use
-        if others < max(2.0, 0.1 * total):
+        if others < max(2.0, 0.1 * total) or _too_little_to_matter(f, others):
             return None
         return (f"{gib(others)} of the {gib(total)} GPU was in use by others: the failing "
                 f"process held {gib(in_use)} and {gib(f.oom_free_gib)} was free")

@@ -35,6 +35,12 @@ class Row:
 ROWS = [
     Row("other_process_memory", dict(processes=[other(4242, 40.0)], foreign_processes_gib=40.0),
         dict(processes=[other(4242, 0.2)], foreign_processes_gib=0.2), "pid 4242"),
+    # slime#1951: 3.24 GiB held by another process, a 58.15 GiB request with 47.69 GiB free
+    Row("other_process_memory",
+        dict(processes=[other(22249, 3.24)], foreign_processes_gib=3.24,
+             oom_tried_to_allocate_gib=0.5, oom_free_gib=0.1),
+        dict(processes=[other(22249, 3.24)], foreign_processes_gib=3.24,
+             oom_tried_to_allocate_gib=58.15, oom_free_gib=47.69), "pid 22249"),
     Row("foreign_process_holds_memory", dict(foreign_processes_gib=12.0),
         dict(foreign_processes_gib=0.1), "12.00 GiB"),
     Row("only_server_on_gpu", dict(processes=[other(7, 0.1)], foreign_processes_gib=0.1),
