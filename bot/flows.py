@@ -106,17 +106,21 @@ class Answer:
 def record(d: Diagnosis, asker: Asker, *, source: Source | None = None,
            settings: Settings | None = None) -> Recorded:
     """Store `d` as an incident (sets `d.incident_id`). Whatever goes wrong costs the history
-    line, never the answer: a database outage spools the incident, any other failure is one
-    line to report."""
-    try:
-        from bot.store import record as store_record
+    line, never the answer: a database outage spools the incident; with the spool unwritable
+    too, or any other failure, NotStored says in one line that the incident was not kept."""
+    import logging  # only here: the diagnose path does not pay for it
 
+    from bot.store import StoreUnavailable
+    from bot.store import record as store_record
+
+    try:
         result = store_record(d, source=source or asker.origin, user=asker.user,
                               channel=asker.channel, thread=asker.thread, excerpt=d.excerpt,
                               settings=settings)
+    except StoreUnavailable as exc:  # an outage, said by the adapter: not a bug to log loudly
+        logging.getLogger(__name__).info("incident not stored: %s", one_line(exc))
+        return NotStored(one_line(exc))
     except Exception as exc:  # the answer is already given: report, never raise
-        import logging  # only here: the diagnose path does not pay for it
-
         logging.getLogger(__name__).error("recording failed: %s", one_line(exc, typed=True))
         return NotStored(one_line(exc))
     if result.spooled:

@@ -73,3 +73,32 @@ def test_database_outage_still_answers_and_spools(tmp_path: Path) -> None:
 def test_history_bad_usage_is_one_line(tmp_path: Path) -> None:
     r = run(tmp_path, "history", "--since", "bogus")
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_read_only_database_spools_and_history_still_reads(tmp_path: Path) -> None:
+    assert run(tmp_path, "diagnose", str(EXAMPLE)).returncode == 0
+    read_only = f"sqlite:///file:{tmp_path / 'incidents.db'}?mode=ro&uri=true"
+    r = run(tmp_path, "diagnose", str(EXAMPLE), db=read_only)
+    assert r.returncode == 0 and "max-model-len-exceeds-kv-cache" in r.stdout.splitlines()[0]
+    assert "spooled to" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    hist = run(tmp_path, "history", "--json", db=read_only)  # the spool waits; reading works
+    assert hist.returncode == 0, hist.stderr
+    assert [row["incident_id"] for row in json.loads(hist.stdout)] == [1]
+
+
+@pytest.mark.slow
+def test_no_database_and_no_spool_says_not_stored_and_exits_1(tmp_path: Path) -> None:
+    (tmp_path / "a-file").write_text("")
+    env_spool = tmp_path / "a-file" / "spool"  # under a file: cannot be created, even by root
+    read_only = f"sqlite:///file:{tmp_path / 'incidents.db'}?mode=ro&uri=true"
+    assert run(tmp_path, "diagnose", str(EXAMPLE)).returncode == 0
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "INFERBOT_DATABASE_URL": read_only,
+           "INFERBOT_SPOOL_DIR": str(env_spool)}
+    r = subprocess.run([sys.executable, "-m", "bot.cli", "diagnose", str(EXAMPLE)],
+                       capture_output=True, text=True, env=env, timeout=120, check=False)
+    assert r.returncode == 1
+    assert "max-model-len-exceeds-kv-cache" in r.stdout.splitlines()[0]  # the answer went out
+    [line] = r.stderr.strip().splitlines()
+    assert line.startswith("inferbot: error: incident not stored: database unavailable (")
+    assert "the spool" in line and "cannot be written" in line

@@ -63,14 +63,24 @@ class Handlers:
         """Answer one message (once across replicas); `received` (time.monotonic() when the
         request arrived) starts the reply-latency clock, so queueing behind a burst counts."""
         started = received if received is not None else time.monotonic()
-        if not self.dedup.claim(message_key(msg.channel, msg.ts)):
+        key = message_key(msg.channel, msg.ts)
+        if not self.dedup.first_here(key):
             log.info("duplicate delivery of %s/%s ignored", msg.channel, msg.ts)
             return
         req = parse(msg.text, bot_user_id, has_files=bool(msg.files))
+        # A paste shows its placeholder before the database is asked anything (the reply-once
+        # key included), so a slow or hung database never leaves the user without a sign.
+        looking = (self.out.post(msg.channel, msg.thread, blocks.looking("the paste"))
+                   if req.verb == "paste" else None)
+        if not self.dedup.claim(key):
+            log.info("delivery of %s/%s answered by another replica", msg.channel, msg.ts)
+            if looking is not None:
+                self.out.delete(msg.channel, looking)
+            return
         asker = Asker(origin="slack", user=msg.user or "", channel=msg.channel,
                       thread=msg.thread)
-        if req.verb == "paste":
-            self.paste(msg, req, asker)
+        if looking is not None:
+            self.paste(msg, req, asker, looking)
         elif req.verb == "check":
             self.check(asker, req.args)
         else:
@@ -122,8 +132,7 @@ class Handlers:
         self.out.post(channel, body.thread or "", reply)
         self.later(self.size_chart, args, channel, body.thread or "")
 
-    def paste(self, msg: MessageEvent, req: Request, asker: Asker) -> None:
-        looking = self.out.post(msg.channel, msg.thread, blocks.looking("the paste"))
+    def paste(self, msg: MessageEvent, req: Request, asker: Asker, looking: str) -> None:
         try:
             text, notes = self.gather(req.paste, msg.files)
             if not text.strip():

@@ -41,6 +41,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError, OperationalError, SQLAlchemyError
 
 from bot.config import Settings, get_settings
+from bot.errors import one_line
 from bot.logs import describe_exception
 from bot.schema import CommandRun, Diagnosis, Source, to_data
 from bot.store import spool
@@ -51,6 +52,7 @@ from bot.store.db import (
     ensure_schema,
     get_engine,
     migrate,
+    within,
     write_engine,
 )
 from bot.store.search import Search, compact, fts5_match, pg_search_ids, search_terms
@@ -89,7 +91,12 @@ def open_store(settings: Settings | None = None) -> Engine:
     with connectivity():
         engine = get_engine(s.database_url)
     ensure_schema(engine)
-    drain(engine, s)
+    try:
+        drain(engine, s)
+    except StoreUnavailable as exc:
+        # a database that reads but cannot be written (read-only, disk full): reading goes
+        # on; the spool waits for a database that takes writes
+        log.info("spool not drained: %s", exc)
     return engine
 
 
@@ -224,7 +231,8 @@ def record(
         excerpt=excerpt,
         created_at=created_at,
     )
-    try:
+
+    def store() -> RecordResult:
         with connectivity():
             engine = get_engine(s.database_url)
             ensure_schema(engine)
@@ -232,8 +240,16 @@ def record(
         with connectivity():
             result = _write_event(engine, entry)
         return result.model_copy(update={"drained": drained})
+
+    try:
+        return within(s.database_url, s.db_deadline_s, store)
     except (StoreUnavailable, SchemaTooNew) as exc:
-        path = spool.write(s.spool_dir, entry)
+        try:
+            path = spool.write(s.spool_dir, entry)
+        except OSError as err:  # read-only or full there too: say so, never lose it quietly
+            raise StoreUnavailable(
+                f"database unavailable ({exc}) and the spool {s.spool_dir} cannot be written "
+                f"({one_line(err, typed=True)})") from None
         return RecordResult(
             spooled=True,
             spool_path=str(path),
@@ -398,10 +414,14 @@ def record_command(
             "who": who,
         },
     }
-    try:
+
+    def store() -> int:
         engine = open_store(s)
         with connectivity():
             return _write_command(engine, entry)
+
+    try:
+        return within(s.database_url, s.db_deadline_s, store)
     except (StoreUnavailable, SchemaTooNew) as exc:
         path = spool.write(s.spool_dir, entry)
         log.warning("command audit spooled to %s: %s", path, exc)
@@ -752,15 +772,21 @@ def claim_event_key(
     """INSERT `key` into slack_event_keys: True for the first inserter anywhere, False when
     the unique key says another process (or replica) already has it. Keys older than
     `prune_before` are deleted in the same transaction. Raises StoreUnavailable."""
-    engine = open_store(settings)
-    try:
-        with connectivity(), write_engine(engine).begin() as conn:
-            if prune_before is not None:
-                conn.execute(delete(SlackEventKey).where(SlackEventKey.created_at < prune_before))
-            conn.execute(insert(SlackEventKey).values(key=key, created_at=_now()))
-    except IntegrityError:
-        return False
-    return True
+    s = _settings(settings)
+
+    def claim() -> bool:
+        engine = open_store(s)
+        try:
+            with connectivity(), write_engine(engine).begin() as conn:
+                if prune_before is not None:
+                    conn.execute(delete(SlackEventKey)
+                                 .where(SlackEventKey.created_at < prune_before))
+                conn.execute(insert(SlackEventKey).values(key=key, created_at=_now()))
+        except IntegrityError:
+            return False
+        return True
+
+    return within(s.database_url, s.db_deadline_s, claim)
 
 
 # How far back "the incident of this thread" is looked for.
