@@ -18,7 +18,7 @@ from tests.fixtures.slack import serve_env, serve_process
 from tests.hostile import HOSTILE_LINE, PASTE, controls
 from tests.slack.fakes import FakeSlack
 from tests.slack.test_http import all_text, mention
-from tests.test_cli_store import run
+from tests.test_cli_store import TITLE, run
 
 
 def sqlite_text(path: Path) -> str:
@@ -87,7 +87,7 @@ def test_slack_reply_and_the_servers_log(fake: FakeSlack, tmp_path: Path) -> Non
             urllib.request.urlopen(req, timeout=10)
         assert endpoint.event(mention(PASTE, event_id="Ev0WRONGSIG1"), secret="x")[0] == 401
         answer = fake.recorder.wait_for("chat.update", timeout=30)[0].args
-        assert "max-model-len-exceeds-kv-cache" in all_text(answer)
+        assert TITLE in all_text(answer)
         fake.recorder.settle()
         time.sleep(0.2)
     for call in fake.recorder.calls:
