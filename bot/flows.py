@@ -178,7 +178,8 @@ def diagnose_in_thread(paste: str, asker: Asker, kb: KB, *,
                        settings: Settings | None = None) -> Answer | Repeat:
     """A paste in a chat thread: the same failure as the thread's incident (the same
     fingerprint) is a Repeat, counted and not stored again; anything else is diagnosed and
-    recorded. A store that is down costs the repeat check, never the answer."""
+    recorded. A store that is down or hung (each lookup has the database deadline) costs the
+    repeat check, never the answer."""
     from bot.store import REPEAT, incident_view, thread_incident
     from bot.store import feedback as store_feedback
 
@@ -194,8 +195,13 @@ def diagnose_in_thread(paste: str, asker: Asker, kb: KB, *,
         except StoreDown:
             pass
         if view is not None and view.diagnosis.get("fingerprint") == d.fingerprint.digest:
-            _store_call(lambda: store_feedback(seen, note="", who=asker.user, kind=REPEAT,
-                                               settings=settings))
+            try:
+                _store_call(lambda: store_feedback(seen, note="", who=asker.user, kind=REPEAT,
+                                                   settings=settings))
+            except StoreDown as exc:  # the repeat is still said; this paste goes uncounted
+                import logging
+
+                logging.getLogger(__name__).info("repeat not counted: %s", exc)
             fixes = view.diagnosis.get("fixes") or []
             first = parse(Fix, fixes[0]) if fixes else None
             return Repeat(seen, view.repeats + 2, first, view.permalink)
