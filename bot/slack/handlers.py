@@ -177,20 +177,28 @@ class Handlers:
 
     def answer(self, answer: flows.Answer, asker: Asker, looking: str,
                notes: Iterable[str] = ()) -> None:
-        """Replace the "looking" message with the answer; the chart follows."""
+        """Replace the "looking" message with the answer; its permalink is stored and the
+        chart drawn after it, as follow-ups: the channel's next message waits for neither."""
         d, channel, thread = answer.diagnosis, asker.channel or "", asker.thread or ""
         reply = _answer_reply(answer, note="; ".join(notes) or None)
         self.out.update(channel, looking, thread, reply)
-        if isinstance(answer.record, Stored) and (link := self.out.permalink(channel, looking)):
-            try:
-                flows.link_answer(answer.record.incident_id, link, settings=self.settings)
-            except StoreDown:
-                log.warning("the answer's permalink was not stored: the store is down")
+        if isinstance(answer.record, Stored):
+            self.later(self.link, answer.record.incident_id, channel, looking)
         if d.problems:
             # Rendering takes a few hundred ms of CPU: queued behind the answers already
             # waiting, so a burst gets every text answer before the charts (and none is
             # drawn when the numbers cannot tell a story).
             self.later(self.chart, d, channel, thread)
+
+    def link(self, incident_id: int, channel: str, ts: str) -> None:
+        """Remember where incident `incident_id`'s answer (message `ts`) is, for the history
+        line's "(thread)". Off the channel's turn, since a store that hangs here would hold
+        the next message in the channel for the database deadline, placeholder and all."""
+        if link := self.out.permalink(channel, ts):
+            try:
+                flows.link_answer(incident_id, link, settings=self.settings)
+            except StoreDown:
+                log.warning("the answer's permalink was not stored: the store is down")
 
     def chart(self, source: Diagnosis | SizeReport, channel: str, thread: str) -> None:
         from bot.sizing.chart import chart_png
