@@ -103,9 +103,16 @@ class Outbound:
                title: str, comment: str | None = None) -> None:
         """files.getUploadURLExternal -> POST the bytes -> files.completeUploadExternal
         (channel_id + thread_ts), which is what files_upload_v2 does. A failed upload is
-        logged: the answer it belongs to is already posted."""
+        logged: the answer it belongs to is already posted.
+
+        Slack's one-a-second-per-channel pace is chat.postMessage's; the upload methods are
+        limited per workspace (Tier 4). A `comment` is posted as a message in the channel,
+        so an upload with one (a chart's sentence) takes the channel's turn; a bare file (the
+        whole answer, right after it) does not, and the channel's next placeholder does not
+        wait a second behind it."""
+        turn = self.pacer.turn(channel) if comment else contextlib.nullcontext()
         try:
-            with self.pacer.turn(channel):  # a file shared in a thread is a message too
+            with turn:
                 self.client.files_upload_v2(channel=channel, thread_ts=thread,
                                             content=content, filename=filename, title=title,
                                             initial_comment=comment)
