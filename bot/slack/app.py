@@ -102,9 +102,22 @@ class Pool:
                     chain.append((fn, args))
                     return True
                 self._chains[key] = deque()
-            self.executor.submit(self._chain, key, fn, args)
+            if not self._start(fn, self._chain, key, fn, args):
+                with self._lock:
+                    del self._chains[key]
+                return False
             return True
-        self.executor.submit(self._guard, fn, *args)
+        return self._start(fn, self._guard, fn, *args)
+
+    def _start(self, fn: Callable[..., None], run: Callable[..., None], *args: Any) -> bool:
+        """Hand `run(*args)` to a worker; False once the pool is shutting down (SIGTERM: the
+        answers in flight finish, and a follow-up they queue, such as a chart, is dropped)."""
+        try:
+            self.executor.submit(run, *args)
+        except RuntimeError:  # cannot schedule new futures after shutdown
+            self._slots.release()
+            log.info("shutting down: %s not started", fn.__name__)
+            return False
         return True
 
     def later(self, fn: Callable[..., None], *args: Any) -> None:
