@@ -90,8 +90,10 @@ def test_slack_reply_and_the_servers_log(fake: FakeSlack, tmp_path: Path) -> Non
         assert TITLE in all_text(answer)
         fake.recorder.settle()
         time.sleep(0.2)
+    uploads = [c.raw for c in fake.recorder.of("upload")]
+    assert any(TITLE.encode() in raw for raw in uploads)  # the whole answer, as a file
     for call in fake.recorder.calls:
-        raw = b"" if call.method == "upload" else call.raw  # the chart's PNG bytes
+        raw = b"" if call.raw.startswith(b"\x89PNG") else call.raw  # a chart's bytes
         clean(f"Slack {call.method}", json.dumps(call.args) + raw.decode("utf-8", "replace"))
     text = log.read_text()
     assert "refused request: invalid or stale request signature (" in text
