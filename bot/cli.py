@@ -109,11 +109,11 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
         rec = answer.record
         history = rec.history if isinstance(rec, Stored) else None
         sys.stdout.write(diagnosis_json(answer.diagnosis, history) + "\n")
-    _report(answer.record, history_line=not args.json)
+    kept = _report(answer.record, history_line=not args.json)
     sys.stdout.flush()
     if args.chart:
         _write_chart(answer.diagnosis, args.chart)
-    return EXIT_OK
+    return EXIT_OK if kept else EXIT_FAIL
 
 
 def _style() -> Style:
@@ -128,9 +128,10 @@ def _style() -> Style:
     return Style(color=color, width=shutil.get_terminal_size((100, 24)).columns - 1)
 
 
-def _report(rec: Recorded | None, *, history_line: bool) -> None:
-    """What became of the record: the "seen N times ..." line, or one warning on stderr (the
-    diagnosis has been given either way)."""
+def _report(rec: Recorded | None, *, history_line: bool) -> bool:
+    """What became of the record: the "seen N times ..." line, one warning on stderr, or one
+    error when the incident was not kept anywhere (the diagnosis has been given either way);
+    False for the last."""
     from bot.flows import NotStored, Spooled, Stored
 
     if isinstance(rec, Stored) and history_line:
@@ -138,7 +139,9 @@ def _report(rec: Recorded | None, *, history_line: bool) -> None:
     elif isinstance(rec, Spooled):
         sys.stderr.write(f"inferbot: warning: {rec.warning}\n")
     elif isinstance(rec, NotStored):
-        sys.stderr.write(f"inferbot: warning: incident not stored: {rec.reason}\n")
+        sys.stderr.write(f"inferbot: error: incident not stored: {rec.reason}\n")
+        return False
+    return True
 
 
 def _store_down(exc: Exception) -> Failure:
@@ -348,6 +351,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         raise UsageError(one_line(exc)) from None
     report = []
     style = _style()
+    lost = False  # an incident kept neither in the database nor in the spool
     for a in answers:
         snap, d = a.snapshot, a.answer.diagnosis if a.answer else None
         rec = a.answer.record if a.answer else None
@@ -366,12 +370,12 @@ def cmd_check(args: argparse.Namespace) -> int:
         for line in snap.unread:
             sys.stdout.write(f"   could not read: {line}\n")
         sys.stdout.write(render(d, full=args.full, style=style) + "\n" if d is not None else "")
-        _report(rec, history_line=True)
+        lost |= not _report(rec, history_line=True)
         sys.stdout.write("\n")
     if args.json:
         sys.stdout.write(json.dumps({"hosts": report}, indent=2, ensure_ascii=False) + "\n")
         for a in answers:
-            _report(a.answer.record if a.answer else None, history_line=False)
+            lost |= not _report(a.answer.record if a.answer else None, history_line=False)
     sys.stdout.flush()
     # Every host not collected is one line on stderr too, as every command says its errors.
     for a in answers:
@@ -381,7 +385,7 @@ def cmd_check(args: argparse.Namespace) -> int:
             sys.stderr.write(f"inferbot: {'' if named else a.snapshot.host + ': '}{error}\n")
     if any(a.refused for a in answers):
         return EXIT_USAGE
-    return EXIT_FAIL if any(a.snapshot.error for a in answers) else EXIT_OK
+    return EXIT_FAIL if lost or any(a.snapshot.error for a in answers) else EXIT_OK
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {

@@ -66,6 +66,9 @@ class Settings(BaseSettings):
 
     # SQLite by default (no set-up); `postgresql://...` or `postgresql+psycopg://...` in production.
     database_url: str = Field(default_factory=_default_database_url)
+    # How long one database call on the answer path (recording an incident, the reply-once
+    # key, the health probe) may take; past it the incident is spooled and the answer goes on.
+    db_deadline_s: float = Field(default=4.0, gt=0, le=60)
     # Events that could not be written (database down) wait here as JSON files until the next
     # successful connection writes them.
     spool_dir: Path = Field(default_factory=_default_spool_dir)
@@ -98,8 +101,24 @@ class Settings(BaseSettings):
     # Bounds on what one message brings in: the pasted text, each downloaded snippet file.
     max_paste_bytes: int = Field(default=256 * 1024, ge=1024)
     max_file_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
-    # Threads doing the work behind the 3-second ack (diagnosis, collection, uploads).
+    # Threads doing the work behind the 3-second ack (diagnosis, collection, uploads), and how
+    # many messages may wait for one; past that a message is told to retry in a minute.
     workers: int = Field(default=4, ge=1, le=64)
+    work_queue: int = Field(default=1000, ge=1)
+    # New messages in one channel at most this often (Slack allows about one a second); a
+    # channel's mentions are answered one after another, in the order they came.
+    slack_channel_interval_s: float = Field(default=1.0, ge=0, le=10)
+    # App Home is rendered at most once in this many seconds per user.
+    home_debounce_s: float = Field(default=5.0, ge=0)
+    # The HTTP endpoint (`serve --http`, bot.slack.http): the largest request body (Slack's
+    # events are small: large pastes arrive as files), how long a connection may send nothing,
+    # how long one request may take to arrive, the threads answering complete requests, and
+    # the open connections.
+    http_max_body_bytes: int = Field(default=1_000_000, ge=1024)
+    http_idle_timeout_s: int = Field(default=10, ge=2)
+    http_request_timeout_s: int = Field(default=10, ge=1)
+    http_threads: int = Field(default=16, ge=1, le=256)
+    http_max_connections: int = Field(default=1000, ge=10)
 
     # --- Logs (`inferbot serve`): one line per record, redacted; json for log shippers.
     log_format: Literal["text", "json"] = "text"

@@ -106,17 +106,21 @@ class Answer:
 def record(d: Diagnosis, asker: Asker, *, source: Source | None = None,
            settings: Settings | None = None) -> Recorded:
     """Store `d` as an incident (sets `d.incident_id`). Whatever goes wrong costs the history
-    line, never the answer: a database outage spools the incident, any other failure is one
-    line to report."""
-    try:
-        from bot.store import record as store_record
+    line, never the answer: a database outage spools the incident; with the spool unwritable
+    too, or any other failure, NotStored says in one line that the incident was not kept."""
+    import logging  # only here: the diagnose path does not pay for it
 
+    from bot.store import StoreUnavailable
+    from bot.store import record as store_record
+
+    try:
         result = store_record(d, source=source or asker.origin, user=asker.user,
                               channel=asker.channel, thread=asker.thread, excerpt=d.excerpt,
                               settings=settings)
+    except StoreUnavailable as exc:  # an outage, said by the adapter: not a bug to log loudly
+        logging.getLogger(__name__).info("incident not stored: %s", one_line(exc))
+        return NotStored(one_line(exc))
     except Exception as exc:  # the answer is already given: report, never raise
-        import logging  # only here: the diagnose path does not pay for it
-
         logging.getLogger(__name__).error("recording failed: %s", one_line(exc, typed=True))
         return NotStored(one_line(exc))
     if result.spooled:
@@ -174,7 +178,8 @@ def diagnose_in_thread(paste: str, asker: Asker, kb: KB, *,
                        settings: Settings | None = None) -> Answer | Repeat:
     """A paste in a chat thread: the same failure as the thread's incident (the same
     fingerprint) is a Repeat, counted and not stored again; anything else is diagnosed and
-    recorded. A store that is down costs the repeat check, never the answer."""
+    recorded. A store that is down or hung (each lookup has the database deadline) costs the
+    repeat check, never the answer."""
     from bot.store import REPEAT, incident_view, thread_incident
     from bot.store import feedback as store_feedback
 
@@ -190,8 +195,13 @@ def diagnose_in_thread(paste: str, asker: Asker, kb: KB, *,
         except StoreDown:
             pass
         if view is not None and view.diagnosis.get("fingerprint") == d.fingerprint.digest:
-            _store_call(lambda: store_feedback(seen, note="", who=asker.user, kind=REPEAT,
-                                               settings=settings))
+            try:
+                _store_call(lambda: store_feedback(seen, note="", who=asker.user, kind=REPEAT,
+                                                   settings=settings))
+            except StoreDown as exc:  # the repeat is still said; this paste goes uncounted
+                import logging
+
+                logging.getLogger(__name__).info("repeat not counted: %s", exc)
             fixes = view.diagnosis.get("fixes") or []
             first = parse(Fix, fixes[0]) if fixes else None
             return Repeat(seen, view.repeats + 2, first, view.permalink)

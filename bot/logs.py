@@ -28,6 +28,8 @@ TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 _BODY_MARKERS = (
     "without providing a response for the request (",
     "Unhandled request (",
+    # slack_bolt's RequestVerification, at INFO, on every request that fails the signature
+    ", body: ",
 )
 MAX_MESSAGE = 2000
 

@@ -12,6 +12,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "vllm-max-model-len.log"
+# What the answer to EXAMPLE leads with: the problem as people read it (never its id)
+TITLE = "max_model_len needs more KV cache than the GPU has left"
 
 
 def run(tmp: Path, *args: str, db: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -27,7 +29,7 @@ def test_repeat_incident_is_counted_and_the_fix_remembered(tmp_path: Path) -> No
     first = run(tmp_path, "diagnose", str(EXAMPLE), "--host", "gpu-07")
     assert first.returncode == 0
     lines = first.stdout.strip().splitlines()
-    assert lines[0] == "max_model_len needs more KV cache than the GPU has left"  # answer first
+    assert lines[0] == TITLE  # answer first
     assert lines[-1] == "incident 1: first time seen"
     assert run(tmp_path, "resolve", "1", "--fix", "--max-model-len 81664").returncode == 0
     again = run(tmp_path, "diagnose", str(EXAMPLE), "--host", "gpu-07")
@@ -73,3 +75,32 @@ def test_database_outage_still_answers_and_spools(tmp_path: Path) -> None:
 def test_history_bad_usage_is_one_line(tmp_path: Path) -> None:
     r = run(tmp_path, "history", "--since", "bogus")
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_read_only_database_spools_and_history_still_reads(tmp_path: Path) -> None:
+    assert run(tmp_path, "diagnose", str(EXAMPLE)).returncode == 0
+    read_only = f"sqlite:///file:{tmp_path / 'incidents.db'}?mode=ro&uri=true"
+    r = run(tmp_path, "diagnose", str(EXAMPLE), db=read_only)
+    assert r.returncode == 0 and r.stdout.splitlines()[0] == TITLE
+    assert "spooled to" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    hist = run(tmp_path, "history", "--json", db=read_only)  # the spool waits; reading works
+    assert hist.returncode == 0, hist.stderr
+    assert [row["incident_id"] for row in json.loads(hist.stdout)] == [1]
+
+
+@pytest.mark.slow
+def test_no_database_and_no_spool_says_not_stored_and_exits_1(tmp_path: Path) -> None:
+    (tmp_path / "a-file").write_text("")
+    env_spool = tmp_path / "a-file" / "spool"  # under a file: cannot be created, even by root
+    read_only = f"sqlite:///file:{tmp_path / 'incidents.db'}?mode=ro&uri=true"
+    assert run(tmp_path, "diagnose", str(EXAMPLE)).returncode == 0
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "INFERBOT_DATABASE_URL": read_only,
+           "INFERBOT_SPOOL_DIR": str(env_spool)}
+    r = subprocess.run([sys.executable, "-m", "bot.cli", "diagnose", str(EXAMPLE)],
+                       capture_output=True, text=True, env=env, timeout=120, check=False)
+    assert r.returncode == 1
+    assert r.stdout.splitlines()[0] == TITLE  # the answer went out
+    [line] = r.stderr.strip().splitlines()
+    assert line.startswith("inferbot: error: incident not stored: database unavailable (")
+    assert "the spool" in line and "cannot be written" in line

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import logging
 import select
 import time
 from collections.abc import Sequence
@@ -26,6 +27,9 @@ from bot.collect.inventory import Endpoint, Target
 from bot.errors import one_line
 
 CONNECT_TIMEOUT_S = 10.0
+# paramiko's transport thread logs each failure as a traceback, one record per line, at ERROR
+# (a silent host gave 20 lines on stderr); the SshError below is the one line that says it.
+logging.getLogger("paramiko").setLevel(logging.CRITICAL)
 
 
 class SshError(Exception):
@@ -108,8 +112,12 @@ class SshSession:
             raise SshError(f"connection refused by {where}") from None
         except (paramiko.SSHException, OSError, EOFError) as exc:
             # a silent peer shows up as a timeout, a banner error or a dead session, by phase
-            if isinstance(exc, TimeoutError) or time.monotonic() >= started + t - 0.05:
+            # (TCP connect timing out is TimeoutError; past it, a peer that accepted and said
+            # nothing until the timeout never sent its banner)
+            if isinstance(exc, TimeoutError) and "banner" not in str(exc):
                 raise SshError(f"no answer from {where} within {t:.0f} s") from None
+            if "banner" in str(exc) or time.monotonic() >= started + t - 0.05:
+                raise SshError(f"no SSH banner within {t:.0f} s") from None
             raise SshError(f"cannot connect to {where}: {one_line(exc)}") from None
         return client
 

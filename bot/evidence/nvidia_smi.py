@@ -1,7 +1,14 @@
 """Pasted nvidia-smi output: the default table (every driver layout), MIG tables, CSV from
 --query-gpu / --query-compute-apps, `nvidia-smi -L`, and the GPU lines of issue templates.
 
-Missing values (`[N/A]`, `[Not Supported]`, `N/A`, blank) are unknown, never 0. CSV without a
+Missing values (`[N/A]`, `[Not Supported]`, `N/A`, blank) are unknown, never 0.
+
+nvidia-smi writes CSV without quoting, so a process name with `, ` in it (`python3 -c "a, b"`)
+adds cells: a row is read as CSV (quoted fields honoured), and when it has more cells than
+columns the surplus belongs to the one free-text column (the name), because every other
+column is a number, a uuid or a bus id. Table rows are read by the positions of the header's
+columns: the name starts under "Process name", the memory is the last cell, whatever the name
+holds. A process is never dropped for its name. CSV without a
 header is read only when the paste names its columns (the `--query-...=a,b,c` command line).
 The scalar facts (gpu_name, gpu_total_gib, ...) describe the smallest GPU listed: with unequal
 GPUs the smallest is the one that limits a sharded server.
@@ -9,6 +16,7 @@ GPUs the smallest is the one that limits a sharded server.
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import re
 from typing import ClassVar
@@ -37,6 +45,12 @@ _PROC_ROW = lazy(
     r"^\|\s{0,8}(?P<gpu>\d{1,3}|N/A)\s{1,8}(?:(?:\d{1,4}|N/A)\s{1,8}(?:\d{1,4}|N/A)\s{1,16})?"
     r"(?P<pid>\d{1,10}|N/A)\s{1,10}(?P<type>C\+G|M\+C\+G|M\+C|C|G|M)\s{1,10}"
     r"(?P<name>\S.{0,100}?)?\s{0,80}(?P<used>\d{1,9}MiB|N/A)\s{0,8}\|\s{0,4}$")
+# A process row cut at the header's "Process name" column: what comes before it, and the memory
+# cell that ends the row.
+_PROC_HEAD = lazy(
+    r"\|\s{0,8}(?P<gpu>\d{1,3}|N/A)\s{1,8}(?:(?:\d{1,4}|N/A)\s{1,8}(?:\d{1,4}|N/A)\s{1,16})?"
+    r"(?P<pid>\d{1,10}|N/A)\s{1,10}(?P<type>C\+G|M\+C\+G|M\+C|C|G|M)\s{0,10}")
+_PROC_TAIL = lazy(r"(?:^|\s)(?P<used>\d{1,9}MiB|N/A)\s{0,8}\|\s{0,4}$")
 _LISTING = lazy(
     r"^\s{0,8}(?:GPU )?(?P<index>\d{1,3}): "
     r"(?P<name>(?:NVIDIA|Tesla|GeForce|Quadro)[\w .()/-]{1,60}?)"
@@ -56,8 +70,37 @@ _PROC_COLUMNS = {"pid": "pid", "process_name": "name", "name": "name",
                  "used_gpu_memory": "used_mib", "used_memory": "used_mib",
                  "gpu_uuid": "gpu_uuid", "uuid": "gpu_uuid"}
 _PROC_HINTS = {"pid", "process_name", "used_gpu_memory", "used_memory"}
+# The columns whose values are free text (and so may hold ", ").
+_TEXT_COLUMNS = ("process_name", "name", "gpu_name")
 _KNOWN_COLUMNS = {*_GPU_COLUMNS, *_PROC_COLUMNS, "driver_version", "timestamp", "gpu_serial",
                   "temperature.gpu", "pstate", "fan.speed", "utilization.memory"}
+
+def _csv_row(text: str, columns: list[str]) -> dict[str, str] | None:
+    """`text` as a row of `columns`, or None when it is not one (the CSV has ended)."""
+    cells = text.split(", ")
+    if any(c.startswith('"') for c in cells):  # a quoted field, as a spreadsheet writes them
+        try:  # strict: text after a closing quote means the quote was part of a name
+            quoted = next(csv.reader([text], skipinitialspace=True, strict=True), [])
+        except csv.Error:
+            quoted = []
+        if len(quoted) == len(columns):
+            cells = quoted
+    if len(cells) > len(columns):
+        free = next((i for i, c in enumerate(columns) if c in _TEXT_COLUMNS), None)
+        if free is None:
+            return None
+        extra = len(cells) - len(columns)
+        cells = [*cells[:free], ", ".join(cells[free:free + extra + 1]),
+                 *cells[free + extra + 1:]]
+    if len(cells) != len(columns):
+        return None
+    return {column: cell.strip() for column, cell in zip(columns, cells, strict=True)}
+
+
+def _unknown_name(cell: str) -> bool:
+    # a name may start with "[" ("[python3] worker"); only a whole bracketed word is a marker
+    return is_unknown(cell) and (not cell.startswith("[") or cell.endswith("]"))
+
 
 # A process is the server under diagnosis when its name says so.
 SERVER_NAME = lazy(r"vllm|VLLM::|sglang|text-generation|text_generation|EngineCore",
@@ -92,6 +135,7 @@ class NvidiaSmiExtractor:
         self._header_seen = False
         self._csv_rows = 0
         self._no_processes = False
+        self._name_at: int | None = None  # the process table's "Process name" column
 
     # -- lines ------------------------------------------------------------------------------
     def feed(self, line: Line, sink: FactSink) -> None:
@@ -143,12 +187,27 @@ class NvidiaSmiExtractor:
                               mig_instance=f"GI {m.group('gi')}/CI {m.group('ci')}",
                               used_mib=float(m.group("used")),
                               total_mib=float(m.group("total"))))
-        elif m := _PROC_ROW.match(text):
-            name = (m.group("name") or "").strip() or None
+        elif "Process name" in text and "PID" in text:
+            self._name_at = text.index("Process name")
+        elif (row := self._proc_row(text)) is not None:
+            gpu_no, pid, name, used = row
             sink.add_process(GpuProcess(
-                gpu_index=to_int(m.group("gpu")), pid=to_int(m.group("pid")), name=name,
-                used_mib=to_mib(m.group("used")) if m.group("used") != "N/A" else None,
-                is_server=is_server(name)))
+                gpu_index=to_int(gpu_no), pid=to_int(pid), name=name,
+                used_mib=to_mib(used) if used != "N/A" else None, is_server=is_server(name)))
+
+    def _proc_row(self, text: str) -> tuple[str, str, str | None, str] | None:
+        """(gpu, pid, name, memory) of a process row: cut at the header's name column when
+        the header was seen (any name), else read by the pattern (names without a memory
+        figure of their own)."""
+        at = self._name_at
+        if at is not None and len(text) > at and (head := _PROC_HEAD.fullmatch(text[:at])) \
+                and (tail := _PROC_TAIL.search(text, at)):
+            name = text[at:tail.start()].strip() or None
+            return head.group("gpu"), head.group("pid"), name, tail.group("used")
+        if m := _PROC_ROW.match(text):
+            return (m.group("gpu"), m.group("pid"), (m.group("name") or "").strip() or None,
+                    m.group("used"))
+        return None
 
     def _template(self, m: re.Match[str], sink: FactSink, no: int) -> None:
         value = m.group("value")
@@ -175,10 +234,10 @@ class NvidiaSmiExtractor:
             return True
         if self._columns is None or not text.strip():
             return self._columns is not None
-        if len(cells) != len(self._columns):
+        row = _csv_row(text, self._columns)
+        if row is None:
             self._end_csv(sink)
             return False
-        row = dict(zip(self._columns, cells, strict=True))
         self._csv_rows += 1
         if self._columns_are_procs:
             self._csv_process(row, sink)
@@ -218,7 +277,7 @@ class NvidiaSmiExtractor:
         proc = GpuProcess()
         for column, value in row.items():
             attr = _PROC_COLUMNS.get(column)
-            if attr is None or is_unknown(value):
+            if attr is None or (_unknown_name(value) if attr == "name" else is_unknown(value)):
                 continue
             if attr == "used_mib":
                 proc.used_mib = to_mib(value)

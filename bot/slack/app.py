@@ -25,17 +25,16 @@ import signal
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import lru_cache
-from socketserver import ThreadingMixIn
 from typing import TYPE_CHECKING, Any
 from urllib.error import URLError
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from pydantic import ValidationError
-from slack_bolt import Ack, App, BoltContext, Respond
+from slack_bolt import Ack, App, BoltContext, Respond, Say
 from slack_bolt.adapter.wsgi import SlackRequestHandler
 from slack_bolt.error import BoltError
 from slack_sdk import WebClient
@@ -53,6 +52,7 @@ from bot.slack import blocks
 from bot.slack.authz import Authorizer
 from bot.slack.dedup import Dedup
 from bot.slack.handlers import Handlers
+from bot.slack.http import Gate, HttpServer, never_raises
 from bot.slack.outbound import Outbound
 from bot.slack.parse import HOST_RE, parse
 from bot.slack.payloads import ActionBody, CommandBody, FeedbackMeta, HomeEvent, MessageEvent
@@ -66,6 +66,9 @@ log = logging.getLogger("inferbot.slack")
 SLASH_COMMAND = "/inferbot"
 EVENTS_PATH = "/slack/events"
 RATE_LIMIT_RETRIES = 3
+# The answer when the work queue is full (settings.work_queue): quick, and says what to do.
+BUSY = ("I'm answering too many requests right now and could not take this one: "
+        "please mention me again in a minute.")
 _INCIDENT_VALUE = re.compile(r"^\d{1,18}$")
 # Message subtypes that carry something the user wrote (edits, joins and deletions do not).
 _USER_SUBTYPES = frozenset({None, "file_share", "thread_broadcast"})
@@ -74,22 +77,90 @@ _USER_SUBTYPES = frozenset({None, "file_share", "thread_broadcast"})
 # --------------------------------------------------------------------------- the work
 
 class Pool:
-    """The bounded pool behind the 3-second ack. A task that fails is logged (its type and a
-    redacted first line, never a payload) and the pool goes on."""
+    """The bounded pool behind the 3-second ack: `workers` threads and at most `queue` tasks
+    waiting; `submit` says False past that (the caller tells the user to retry) instead of
+    letting a burst grow memory and delay every answer. Tasks with the same `key` (a channel)
+    run one after another in the order submitted, so a channel's answers come in order; other
+    keys run alongside. A task that fails is logged (its type and a redacted first line, never
+    a payload) and the pool goes on."""
 
-    def __init__(self, workers: int) -> None:
+    def __init__(self, workers: int, queue: int) -> None:
         self.executor = ThreadPoolExecutor(max_workers=workers,
                                            thread_name_prefix="inferbot-slack")
+        self._slots = threading.BoundedSemaphore(workers + queue)
+        self._chains: dict[str, deque[tuple[Callable[..., None], tuple[Any, ...]]]] = {}
+        self._lock = threading.Lock()
 
-    def submit(self, fn: Callable[..., None], *args: Any) -> None:
-        self.executor.submit(self._guard, fn, *args)
+    def submit(self, fn: Callable[..., None], *args: Any, key: str | None = None) -> bool:
+        if not self._slots.acquire(blocking=False):
+            log.warning("work queue full: %s refused", fn.__name__)
+            return False
+        if key is not None:
+            with self._lock:
+                chain = self._chains.get(key)
+                if chain is not None:  # the key's chain is running: it takes this one next
+                    chain.append((fn, args))
+                    return True
+                self._chains[key] = deque()
+            if not self._start(fn, self._chain, key, fn, args):
+                with self._lock:
+                    del self._chains[key]
+                return False
+            return True
+        return self._start(fn, self._guard, fn, *args)
 
-    @staticmethod
-    def _guard(fn: Callable[..., None], *args: Any) -> None:
+    def _start(self, fn: Callable[..., None], run: Callable[..., None], *args: Any) -> bool:
+        """Hand `run(*args)` to a worker; False once the pool is shutting down (SIGTERM: the
+        answers in flight finish, and a follow-up they queue, such as a chart, is dropped)."""
+        try:
+            self.executor.submit(run, *args)
+        except RuntimeError:  # cannot schedule new futures after shutdown
+            self._slots.release()
+            log.info("shutting down: %s not started", fn.__name__)
+            return False
+        return True
+
+    def later(self, fn: Callable[..., None], *args: Any) -> None:
+        """A follow-up (a chart): skipped, and logged, when the queue is full."""
+        self.submit(fn, *args)
+
+    def _chain(self, key: str, fn: Callable[..., None], args: tuple[Any, ...]) -> None:
+        while True:
+            self._guard(fn, *args)
+            with self._lock:
+                chain = self._chains[key]
+                if not chain:
+                    del self._chains[key]
+                    return
+                fn, args = chain.popleft()
+
+    def _guard(self, fn: Callable[..., None], *args: Any) -> None:
         try:
             fn(*args)
         except Exception as exc:  # the last line of defence: log the type, never a payload
             log.error("%s failed: %s", fn.__name__, describe_exception(exc))
+        finally:
+            self._slots.release()
+
+
+class Debounce:
+    """`due(key)`: True at most once per `seconds` per key (App Home opens come in bursts as
+    a user clicks between tabs; each render costs a views.publish and a store query)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self._last: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def due(self, key: str) -> bool:
+        with self._lock:
+            now = time.monotonic()
+            if now - self._last.get(key, -math.inf) < self.seconds:
+                return False
+            self._last[key] = now
+            if len(self._last) > 10_000:
+                self._last = {k: t for k, t in self._last.items() if now - t < self.seconds}
+            return True
 
 
 # --------------------------------------------------------------------------- the app
@@ -184,10 +255,10 @@ def build(settings: Settings, *, http: bool) -> SlackBot:
                   request_verification_enabled=http)
     except (BoltError, SlackApiError, URLError, OSError) as exc:
         raise StartupError(f"cannot reach Slack with the bot token: {one_line(exc)}") from None
-    pool = Pool(settings.workers)
-    handlers = Handlers(settings=settings, out=Outbound(client),
+    pool = Pool(settings.workers, settings.work_queue)
+    handlers = Handlers(settings=settings, out=Outbound(client, settings.slack_channel_interval_s),
                         authz=Authorizer(settings, client), dedup=Dedup(settings),
-                        kb=_kb, later=pool.submit)
+                        kb=_kb, later=pool.later)
     register(app, handlers, pool.submit)
     return SlackBot(app, handlers, pool)
 
@@ -200,7 +271,7 @@ def _kb() -> KB:
     return load_kb()
 
 
-def register(app: App, h: Handlers, submit: Callable[..., None]) -> None:
+def register(app: App, h: Handlers, submit: Callable[..., bool]) -> None:
     """Every listener: acknowledge, parse the payload, hand the work to a handler."""
 
     @app.error
@@ -208,19 +279,21 @@ def register(app: App, h: Handlers, submit: Callable[..., None]) -> None:
         log.error("listener error: %s", describe_exception(error))
 
     @app.event("app_mention")
-    def on_mention(event: dict[str, Any], context: BoltContext) -> None:
+    def on_mention(event: dict[str, Any], context: BoltContext, say: Say) -> None:
         msg = MessageEvent.model_validate(event)
-        submit(h.message, msg, context.bot_user_id, time.monotonic())
+        if not submit(h.message, msg, context.bot_user_id, time.monotonic(), key=msg.channel):
+            say(text=BUSY, thread_ts=msg.thread)
 
     @app.event("message")
-    def on_message(event: dict[str, Any], context: BoltContext) -> None:
+    def on_message(event: dict[str, Any], context: BoltContext, say: Say) -> None:
         msg = MessageEvent.model_validate(event)
         bot = context.bot_user_id
         mentioned = bool(bot) and f"<@{bot}>" in msg.text
         if msg.bot_id or not msg.user or msg.subtype not in _USER_SUBTYPES:
             return
-        if mentioned or msg.channel_type == "im":
-            submit(h.message, msg, bot, time.monotonic())
+        if (mentioned or msg.channel_type == "im") and \
+                not submit(h.message, msg, bot, time.monotonic(), key=msg.channel):
+            say(text=BUSY, thread_ts=msg.thread)
 
     @app.command(SLASH_COMMAND)
     def on_command(ack: Ack, command: dict[str, Any], respond: Respond) -> None:
@@ -230,7 +303,8 @@ def register(app: App, h: Handlers, submit: Callable[..., None]) -> None:
             ack(text="Looking…")
         else:
             ack()
-        submit(h.slash, body, req, respond)
+        if not submit(h.slash, body, req, respond):
+            respond(text=BUSY)
 
     @app.action(blocks.ACTION_COLLECT)
     def on_collect(ack: Ack, body: dict[str, Any]) -> None:
@@ -284,28 +358,16 @@ def register(app: App, h: Handlers, submit: Callable[..., None]) -> None:
         ack()
         submit(h.wrong, meta, note, str(body["user"]["id"]))
 
+    home_due = Debounce(h.settings.home_debounce_s)
+
     @app.event("app_home_opened")
     def on_home(event: dict[str, Any]) -> None:
         home = HomeEvent.model_validate(event)
-        if home.tab == "home":
+        if home.tab == "home" and home_due.due(home.user):
             submit(h.home, home.user)
 
 
 # --------------------------------------------------------------------------- transports
-
-class _QuietHandler(WSGIRequestHandler):
-    """Request lines go to the debug log, not stderr (no bodies either way)."""
-
-    def log_message(self, format: str, *args: Any) -> None:
-        log.debug("http: " + format, *args)
-
-
-class _ThreadingWSGIServer(ThreadingMixIn, WSGIServer):
-    daemon_threads = True
-    # socketserver's default backlog is 5: a burst of connections overflows it and the kernel
-    # drops SYNs, which clients retry after a full second. Slack bursts.
-    request_queue_size = 256
-
 
 class Health:
     """/healthz's answer: the process is up (always 200, so a load balancer keeps a replica
@@ -325,7 +387,8 @@ class Health:
         with self._lock:
             now = time.monotonic()
             if now - self._checked >= self.PROBE_EVERY_S:
-                self._problem = database_problem(self.settings.database_url)
+                self._problem = database_problem(self.settings.database_url,
+                                                 self.settings.db_deadline_s)
                 self._checked = time.monotonic()
             problem = self._problem
         if problem is None:
@@ -336,8 +399,9 @@ class Health:
 def wsgi_app(bot: SlackBot) -> Callable[..., Iterable[bytes]]:
     """Slack's endpoint at /slack/events (events, commands, interactivity); /healthz for load
     balancers; /metrics for Prometheus (this process's own figures)."""
-    slack = SlackRequestHandler(bot.app)
-    health = Health(bot.handlers.settings)
+    settings = bot.handlers.settings
+    slack = Gate(settings)(SlackRequestHandler(bot.app))
+    health = Health(settings)
 
     def application(environ: dict[str, Any], start_response: Callable[..., Any]
                     ) -> Iterable[bytes]:
@@ -352,15 +416,18 @@ def wsgi_app(bot: SlackBot) -> Callable[..., Iterable[bytes]]:
             start_response("200 OK", [("Content-Type", metrics.CONTENT_TYPE),
                                       ("Content-Length", str(len(body)))])
             return [body]
-        return slack(environ, start_response)
+        if path == EVENTS_PATH and environ.get("REQUEST_METHOD") == "POST":
+            return slack(environ, start_response)
+        start_response("404 Not Found", [("Content-Type", "text/plain"),
+                                         ("Content-Length", "10")])
+        return [b"not found\n"]
 
-    return application
+    return never_raises(application)
 
 
-def http_server(bot: SlackBot, host: str, port: int) -> WSGIServer:
-    """A threaded WSGI server for the bot; `serve_forever()` runs it."""
-    return make_server(host, port, wsgi_app(bot), server_class=_ThreadingWSGIServer,
-                       handler_class=_QuietHandler)
+def http_server(bot: SlackBot, host: str, port: int) -> HttpServer:
+    """The bounded HTTP server for the bot (bot.slack.http); `serve_forever()` runs it."""
+    return HttpServer(wsgi_app(bot), bot.handlers.settings, host, port)
 
 
 def socket_mode(app: App, settings: Settings) -> Any:

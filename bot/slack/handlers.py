@@ -63,14 +63,24 @@ class Handlers:
         """Answer one message (once across replicas); `received` (time.monotonic() when the
         request arrived) starts the reply-latency clock, so queueing behind a burst counts."""
         started = received if received is not None else time.monotonic()
-        if not self.dedup.claim(message_key(msg.channel, msg.ts)):
+        key = message_key(msg.channel, msg.ts)
+        if not self.dedup.first_here(key):
             log.info("duplicate delivery of %s/%s ignored", msg.channel, msg.ts)
             return
         req = parse(msg.text, bot_user_id, has_files=bool(msg.files))
+        # A paste shows its placeholder before the database is asked anything (the reply-once
+        # key included), so a slow or hung database never leaves the user without a sign.
+        looking = (self.out.post(msg.channel, msg.thread, blocks.looking("the paste"))
+                   if req.verb == "paste" else None)
+        if not self.dedup.claim(key):
+            log.info("delivery of %s/%s answered by another replica", msg.channel, msg.ts)
+            if looking is not None:
+                self.out.delete(msg.channel, looking)
+            return
         asker = Asker(origin="slack", user=msg.user or "", channel=msg.channel,
                       thread=msg.thread)
-        if req.verb == "paste":
-            self.paste(msg, req, asker)
+        if looking is not None:
+            self.paste(msg, req, asker, looking)
         elif req.verb == "check":
             self.check(asker, req.args)
         else:
@@ -122,8 +132,7 @@ class Handlers:
         self.out.post(channel, body.thread or "", reply)
         self.later(self.size_chart, args, channel, body.thread or "")
 
-    def paste(self, msg: MessageEvent, req: Request, asker: Asker) -> None:
-        looking = self.out.post(msg.channel, msg.thread, blocks.looking("the paste"))
+    def paste(self, msg: MessageEvent, req: Request, asker: Asker, looking: str) -> None:
         try:
             text, notes = self.gather(req.paste, msg.files)
             if not text.strip():
@@ -168,20 +177,28 @@ class Handlers:
 
     def answer(self, answer: flows.Answer, asker: Asker, looking: str,
                notes: Iterable[str] = ()) -> None:
-        """Replace the "looking" message with the answer; the chart follows."""
+        """Replace the "looking" message with the answer; its permalink is stored and the
+        chart drawn after it, as follow-ups: the channel's next message waits for neither."""
         d, channel, thread = answer.diagnosis, asker.channel or "", asker.thread or ""
         reply = _answer_reply(answer, note="; ".join(notes) or None)
         self.out.update(channel, looking, thread, reply)
-        if isinstance(answer.record, Stored) and (link := self.out.permalink(channel, looking)):
-            try:
-                flows.link_answer(answer.record.incident_id, link, settings=self.settings)
-            except StoreDown:
-                log.warning("the answer's permalink was not stored: the store is down")
+        if isinstance(answer.record, Stored):
+            self.later(self.link, answer.record.incident_id, channel, looking)
         if d.problems:
             # Rendering takes a few hundred ms of CPU: queued behind the answers already
             # waiting, so a burst gets every text answer before the charts (and none is
             # drawn when the numbers cannot tell a story).
             self.later(self.chart, d, channel, thread)
+
+    def link(self, incident_id: int, channel: str, ts: str) -> None:
+        """Remember where incident `incident_id`'s answer (message `ts`) is, for the history
+        line's "(thread)". Off the channel's turn, since a store that hangs here would hold
+        the next message in the channel for the database deadline, placeholder and all."""
+        if link := self.out.permalink(channel, ts):
+            try:
+                flows.link_answer(incident_id, link, settings=self.settings)
+            except StoreDown:
+                log.warning("the answer's permalink was not stored: the store is down")
 
     def chart(self, source: Diagnosis | SizeReport, channel: str, thread: str) -> None:
         from bot.sizing.chart import chart_png

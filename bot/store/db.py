@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from sqlalchemy import create_engine, event, inspect, text
 from sqlalchemy.engine import URL, Connection, Engine, make_url
@@ -36,6 +37,7 @@ _PG_MIGRATION_LOCK = 0x696E6662
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 PG_CONNECT_TIMEOUT_S = 5
 
+T = TypeVar("T")
 _engines: dict[str, Engine] = {}
 _ready: set[str] = set()
 
@@ -68,12 +70,64 @@ def connectivity() -> Iterator[None]:
         raise StoreUnavailable(one_line(exc, typed=True)) from exc
 
 
-def database_problem(url: str) -> str | None:
+# Database calls still running past their deadline, per database URL. While one is, the
+# database is taken as hung and further calls fail at once instead of piling up threads.
+_stuck: dict[str, int] = {}
+_stuck_lock = threading.Lock()
+
+
+def within(url: str, seconds: float, fn: Callable[[], T]) -> T:
+    """`fn()` (a call to the database at `url`), or StoreUnavailable after `seconds`.
+
+    A database that hangs instead of refusing (a paused server, a file another process holds
+    locked) does not answer the driver's timeouts: a paused PostgreSQL's kernel still
+    acknowledges every packet, and SQLite waits for its busy timeout and retries. So the call
+    runs on a daemon thread that is left behind at the deadline; it finishes when the
+    database returns (a late write is idempotent: events carry their uid), and until then the
+    same database fails fast. Daemon: a CLI that has answered exits without waiting for it.
+    """
+    with _stuck_lock:
+        if _stuck.get(url):
+            raise StoreUnavailable(f"the database has not answered for over {seconds:g} s")
+    done = threading.Event()
+    outcome: list[Any] = []
+
+    def run() -> None:
+        try:
+            outcome.append((True, fn()))
+        except BaseException as exc:  # handed to the caller, or dropped if it left
+            outcome.append((False, exc))
+        finally:
+            done.set()
+            with _stuck_lock:
+                if late[0]:
+                    _stuck[url] -= 1
+
+    late = [False]
+    threading.Thread(target=run, name="inferbot-db", daemon=True).start()
+    if not done.wait(seconds):
+        with _stuck_lock:
+            if not done.is_set():
+                late[0] = True
+                _stuck[url] = _stuck.get(url, 0) + 1
+                raise StoreUnavailable(f"the database did not answer within {seconds:g} s")
+    ok, value = outcome[0]
+    if not ok:
+        raise value
+    return cast(T, value)
+
+
+def database_problem(url: str, deadline_s: float = 5.0) -> str | None:
     """Why the database at `url` cannot be used right now (one line), or None when `SELECT 1`
-    works. A cheap probe for health checks: no migration, no spool drain."""
-    try:
+    works within `deadline_s`. A cheap probe for health checks: no migration, no spool
+    drain."""
+
+    def probe() -> None:
         with connectivity(), get_engine(url).connect() as conn:
             conn.execute(text("SELECT 1"))
+
+    try:
+        within(url, deadline_s, probe)
     except StoreUnavailable as exc:
         return one_line(exc)
     return None
@@ -159,7 +213,7 @@ def get_engine(url: str) -> Engine:
 
 def dispose_engines() -> None:
     """Close every pooled connection (tests, and forked workers that must not share sockets)."""
-    for engine in _engines.values():
+    for engine in list(_engines.values()):  # a background thread may be opening one
         engine.dispose()
     _engines.clear()
     _ready.clear()

@@ -41,6 +41,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError, OperationalError, SQLAlchemyError
 
 from bot.config import Settings, get_settings
+from bot.errors import one_line
 from bot.logs import describe_exception
 from bot.schema import CommandRun, Diagnosis, Source, to_data
 from bot.store import spool
@@ -51,6 +52,7 @@ from bot.store.db import (
     ensure_schema,
     get_engine,
     migrate,
+    within,
     write_engine,
 )
 from bot.store.search import Search, compact, fts5_match, pg_search_ids, search_terms
@@ -89,8 +91,21 @@ def open_store(settings: Settings | None = None) -> Engine:
     with connectivity():
         engine = get_engine(s.database_url)
     ensure_schema(engine)
-    drain(engine, s)
+    try:
+        drain(engine, s)
+    except StoreUnavailable as exc:
+        # a database that reads but cannot be written (read-only, disk full): reading goes
+        # on; the spool waits for a database that takes writes
+        log.info("spool not drained: %s", exc)
     return engine
+
+
+def _bounded(settings: Settings | None, fn: Callable[[Engine], T]) -> T:
+    """`fn(engine)` on the opened store within the database deadline (INFERBOT_DB_DEADLINE_S),
+    for the calls a Slack answer waits on: a hung database costs one deadline, and while the
+    call is still stuck the next ones fail at once (bot.store.db.within). StoreUnavailable."""
+    s = _settings(settings)
+    return within(s.database_url, s.db_deadline_s, lambda: fn(open_store(s)))
 
 
 def upgrade(settings: Settings | None = None) -> str | None:
@@ -224,7 +239,8 @@ def record(
         excerpt=excerpt,
         created_at=created_at,
     )
-    try:
+
+    def store() -> RecordResult:
         with connectivity():
             engine = get_engine(s.database_url)
             ensure_schema(engine)
@@ -232,8 +248,16 @@ def record(
         with connectivity():
             result = _write_event(engine, entry)
         return result.model_copy(update={"drained": drained})
+
+    try:
+        return within(s.database_url, s.db_deadline_s, store)
     except (StoreUnavailable, SchemaTooNew) as exc:
-        path = spool.write(s.spool_dir, entry)
+        try:
+            path = spool.write(s.spool_dir, entry)
+        except OSError as err:  # read-only or full there too: say so, never lose it quietly
+            raise StoreUnavailable(
+                f"database unavailable ({exc}) and the spool {s.spool_dir} cannot be written "
+                f"({one_line(err, typed=True)})") from None
         return RecordResult(
             spooled=True,
             spool_path=str(path),
@@ -398,10 +422,14 @@ def record_command(
             "who": who,
         },
     }
-    try:
+
+    def store() -> int:
         engine = open_store(s)
         with connectivity():
             return _write_command(engine, entry)
+
+    try:
+        return within(s.database_url, s.db_deadline_s, store)
     except (StoreUnavailable, SchemaTooNew) as exc:
         path = spool.write(s.spool_dir, entry)
         log.warning("command audit spooled to %s: %s", path, exc)
@@ -717,30 +745,33 @@ def feedback(
     settings: Settings | None = None,
 ) -> int:
     """Record a verdict on a diagnosis (default: "wrong diagnosis" with a note). `ref` is an
-    incident (the event is linked) or a group. Returns the feedback id."""
-    engine = open_store(settings)
+    incident (the event is linked) or a group. Returns the feedback id. Within the database
+    deadline: a repeat in a thread is counted on the answer path."""
     ref_kind, n = parse_ref(ref)
 
-    def attempt() -> int:
-        with write_engine(engine).begin() as conn:
-            gid = _group_id(conn, ref)
-            return int(
-                conn.execute(
-                    insert(Feedback)
-                    .values(
-                        created_at=_now(),
-                        group_id=gid,
-                        event_id=n if ref_kind == "event" else None,
-                        kind=kind,
-                        note=_cap(note, 4000),
-                        who=who,
-                    )
-                    .returning(Feedback.id)
-                ).scalar_one()
-            )
+    def write(engine: Engine) -> int:
+        def attempt() -> int:
+            with write_engine(engine).begin() as conn:
+                gid = _group_id(conn, ref)
+                return int(
+                    conn.execute(
+                        insert(Feedback)
+                        .values(
+                            created_at=_now(),
+                            group_id=gid,
+                            event_id=n if ref_kind == "event" else None,
+                            kind=kind,
+                            note=_cap(note, 4000),
+                            who=who,
+                        )
+                        .returning(Feedback.id)
+                    ).scalar_one()
+                )
 
-    with connectivity():
-        return _retry_locked(attempt)
+        with connectivity():
+            return _retry_locked(attempt)
+
+    return _bounded(settings, write)
 
 
 # --------------------------------------------------------------------------- Slack's lookups
@@ -752,15 +783,19 @@ def claim_event_key(
     """INSERT `key` into slack_event_keys: True for the first inserter anywhere, False when
     the unique key says another process (or replica) already has it. Keys older than
     `prune_before` are deleted in the same transaction. Raises StoreUnavailable."""
-    engine = open_store(settings)
-    try:
-        with connectivity(), write_engine(engine).begin() as conn:
-            if prune_before is not None:
-                conn.execute(delete(SlackEventKey).where(SlackEventKey.created_at < prune_before))
-            conn.execute(insert(SlackEventKey).values(key=key, created_at=_now()))
-    except IntegrityError:
-        return False
-    return True
+
+    def claim(engine: Engine) -> bool:
+        try:
+            with connectivity(), write_engine(engine).begin() as conn:
+                if prune_before is not None:
+                    conn.execute(delete(SlackEventKey)
+                                 .where(SlackEventKey.created_at < prune_before))
+                conn.execute(insert(SlackEventKey).values(key=key, created_at=_now()))
+        except IntegrityError:
+            return False
+        return True
+
+    return _bounded(settings, claim)
 
 
 # How far back "the incident of this thread" is looked for.
@@ -768,10 +803,14 @@ THREAD_DAYS = 30
 
 
 def thread_incident(channel: str, thread: str, *, settings: Settings | None = None) -> int | None:
-    """The newest incident diagnosed in this Slack thread within THREAD_DAYS, or None."""
-    engine = open_store(settings)
-    with connectivity(), engine.connect() as conn:
-        found = conn.execute(thread_incident_query(channel, thread)).scalar()
+    """The newest incident diagnosed in this Slack thread within THREAD_DAYS, or None (asked
+    before a paste in a thread is answered: within the database deadline)."""
+
+    def find(engine: Engine) -> Any:
+        with connectivity(), engine.connect() as conn:
+            return conn.execute(thread_incident_query(channel, thread)).scalar()
+
+    found = _bounded(settings, find)
     return int(found) if found is not None else None
 
 
@@ -801,12 +840,16 @@ class IncidentOrigin:
 def incident_origin(
     incident_id: int, fix_id: str | None = None, *, settings: Settings | None = None
 ) -> IncidentOrigin | None:
-    """The origin of incident `incident_id` (None: no such incident)."""
-    engine = open_store(settings)
-    with connectivity(), engine.connect() as conn:
-        E = IncidentEvent
-        row = conn.execute(select(E.channel, E.fixes, E.permalink)
-                           .where(E.id == incident_id)).first()
+    """The origin of incident `incident_id` (None: no such incident); within the database
+    deadline."""
+
+    def find(engine: Engine) -> Row[Any] | None:
+        with connectivity(), engine.connect() as conn:
+            E = IncidentEvent
+            return conn.execute(select(E.channel, E.fixes, E.permalink)
+                                .where(E.id == incident_id)).first()
+
+    row = _bounded(settings, find)
     if row is None:
         return None
     command = None
@@ -843,31 +886,39 @@ class IncidentView:
 
 
 def incident_view(incident_id: int, *, settings: Settings | None = None) -> IncidentView | None:
-    """Incident `incident_id` with its group (None: no such incident)."""
-    engine = open_store(settings)
-    with connectivity(), engine.connect() as conn:
-        E = IncidentEvent
-        row = conn.execute(select(E.channel, E.thread, E.created_at, E.diagnosis, E.group_id,
-                                  E.permalink).where(E.id == incident_id)).first()
-        if row is None:
-            return None
-        notes = conn.execute(select(func.count()).select_from(Feedback).where(
-            Feedback.group_id == row.group_id, Feedback.kind == WRONG)).scalar_one()
-        repeats = conn.execute(select(func.count()).select_from(Feedback).where(
-            Feedback.event_id == incident_id, Feedback.kind == REPEAT)).scalar_one()
-        return IncidentView(row.channel, row.thread, row.created_at, row.diagnosis or {},
-                            _group_info(conn, row.group_id), int(notes), row.permalink,
-                            int(repeats))
+    """Incident `incident_id` with its group (None: no such incident); within the database
+    deadline (a paste in a thread asks for it before it is answered)."""
+
+    def read(engine: Engine) -> IncidentView | None:
+        with connectivity(), engine.connect() as conn:
+            E = IncidentEvent
+            row = conn.execute(select(E.channel, E.thread, E.created_at, E.diagnosis,
+                                      E.group_id, E.permalink)
+                               .where(E.id == incident_id)).first()
+            if row is None:
+                return None
+            notes = conn.execute(select(func.count()).select_from(Feedback).where(
+                Feedback.group_id == row.group_id, Feedback.kind == WRONG)).scalar_one()
+            repeats = conn.execute(select(func.count()).select_from(Feedback).where(
+                Feedback.event_id == incident_id, Feedback.kind == REPEAT)).scalar_one()
+            return IncidentView(row.channel, row.thread, row.created_at, row.diagnosis or {},
+                                _group_info(conn, row.group_id), int(notes), row.permalink,
+                                int(repeats))
+
+    return _bounded(settings, read)
 
 
 def set_permalink(incident_id: int, permalink: str, *, settings: Settings | None = None) -> None:
-    """Remember where incident `incident_id`'s answer can be read again."""
-    engine = open_store(settings)
+    """Remember where incident `incident_id`'s answer can be read again; within the database
+    deadline."""
 
-    def attempt() -> None:
-        with write_engine(engine).begin() as conn:
-            conn.execute(update(IncidentEvent).where(IncidentEvent.id == incident_id)
-                         .values(permalink=_cap(permalink, 2000)))
+    def write(engine: Engine) -> None:
+        def attempt() -> None:
+            with write_engine(engine).begin() as conn:
+                conn.execute(update(IncidentEvent).where(IncidentEvent.id == incident_id)
+                             .values(permalink=_cap(permalink, 2000)))
 
-    with connectivity():
-        _retry_locked(attempt)
+        with connectivity():
+            _retry_locked(attempt)
+
+    _bounded(settings, write)

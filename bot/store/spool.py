@@ -56,7 +56,7 @@ def pending(spool_dir: Path) -> list[Path]:
         names = sorted(
             p for p in spool_dir.iterdir() if p.suffix == _SUFFIX and not p.name.startswith(".")
         )
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # nothing was ever spooled there
         return []
     return names
 

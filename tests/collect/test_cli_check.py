@@ -86,3 +86,26 @@ def test_hostile_names_are_refused_even_without_an_inventory(
     assert captured.err.splitlines() == [
         "inferbot: refused 'gpu1;id': not a valid host name (letters, digits, . _ -)",
         "inferbot: refused '../x': not a valid host name (letters, digits, . _ -)"]
+
+
+@pytest.mark.slow
+def test_a_host_that_accepts_and_never_speaks_is_one_line(
+        sshd: Sshd, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import socket
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    cfg = tmp_path / "ssh_config"
+    cfg.write_text("Host gpu-07\n  ConnectTimeout 2\n")
+    try:
+        inv = sshd.inventory(tmp_path, {"gpu-07": {"port": silent.getsockname()[1]}},
+                             ssh_config=cfg)
+        assert inv.path is not None
+        rc = main(["check", "gpu-07", "--inventory", str(inv.path), "--no-store"])
+    finally:
+        silent.close()
+    out = capsys.readouterr()
+    assert rc == 1
+    assert out.err == "inferbot: gpu-07: no SSH banner within 2 s\n"
+    assert "Traceback" not in out.out + out.err

@@ -156,7 +156,7 @@ def test_exit_status_survives_the_pipe_and_the_cap() -> None:
     r = _run1(catalog.Command("t", ("sh", "-c", "echo out; echo err >&2; exit 3")))
     assert (r.rc, r.output) == (3, "out\nerr\n")  # merged in order, rc from the marker
     assert "rc=" not in r.output
-    big = catalog.Command("t", ("sh", "-c", "head -c 5000000 /dev/zero"), max_bytes=1000)
+    big = catalog.Command("t", ("sh", "-c", "yes | head -c 5000000"), max_bytes=1000)
     r = _run1(big)
     assert r.truncated and len(r.output) == 1000
 
@@ -226,7 +226,7 @@ def test_api_server_flags_and_switches() -> None:
 
 def test_a_batch_keeps_each_commands_output_status_and_bounds() -> None:
     cmds = [catalog.Command("a", ("sh", "-c", "printf 'no newline'; exit 4")),
-            catalog.Command("b", ("sh", "-c", "head -c 5000 /dev/zero"), max_bytes=100),
+            catalog.Command("b", ("sh", "-c", "yes | head -c 5000"), max_bytes=100),
             catalog.Command("c", ("sh", "-c", "echo inferbot-0123:0:9; echo done"))]
     a, b, c = LocalExecutor().run(cmds, time.monotonic() + 10)
     assert (a.rc, a.output) == (4, "no newline")

@@ -210,3 +210,73 @@ def test_same_gpu_twice_is_one_gpu() -> None:
     facts = extract_facts(command + row + row)
     assert facts.gpu_count == 1
     assert facts.compute_capability == "8.6"
+
+
+# --------------------------------------------------------------------------- odd process names
+
+_PIECES = ['python3 -c "a, b"', "x, y, z", "'quoted'", '"dq"', "a,b", ",", ", ", "12MiB",
+           "N/A", "| pipe |", "модель", "GPU-0000", "  two  spaces", "C", "[N/A]", "0", "1 MiB",
+           "worker   5120MiB", "--flag=1, --other", 'say "hi, there"']
+
+
+def _odd_names(seed: int, count: int = 25) -> list[str]:
+    import random
+
+    rnd = random.Random(seed)
+    names = [" ".join(rnd.choice(_PIECES) for _ in range(rnd.randint(1, 3))).strip()
+             for _ in range(count)]
+    # unquoted CSV cannot tell a name's own leading or trailing ", " from a separator, nor a
+    # name in quotes from a quoted name, and a name that is only "N/A" reads as unknown:
+    # those are not names a process has
+    names = [n[:34].strip(" ,").lstrip('"') for n in names]
+    return [n if n.strip("[]") not in ("", "N/A") else "python3" for n in names]
+
+
+def _csv_forms(names: list[str]) -> dict[str, str]:
+    uuid = "GPU-00000000-0000-0000-0000-000000000000"
+    rows = [(1000 + i, n, 100 + i) for i, n in enumerate(names)]
+
+    def quote(cell: str) -> str:
+        return '"' + cell.replace('"', '""') + '"' if "," in cell or '"' in cell else cell
+
+    return {
+        # as nvidia-smi writes it: no quoting, ", " between cells
+        "header": "pid, process_name, used_gpu_memory [MiB]\n"
+                  + "".join(f"{p}, {n}, {m} MiB\n" for p, n, m in rows),
+        # the collector's own query: the name last
+        "collector": "$ nvidia-smi --query-compute-apps=gpu_uuid,pid,used_memory,process_name "
+                     "--format=csv,noheader,nounits\n"
+                     + "".join(f"{uuid}, {p}, {m}, {n}\n" for p, n, m in rows),
+        # the name in the middle, before the uuid
+        "middle": "$ nvidia-smi --query-compute-apps=pid,process_name,used_memory,gpu_uuid "
+                  "--format=csv,noheader,nounits\n"
+                  + "".join(f"{p}, {n}, {m}, {uuid}\n" for p, n, m in rows),
+        # a spreadsheet's export: quoted where needed
+        "quoted": "pid, process_name, used_gpu_memory [MiB]\n"
+                  + "".join(f"{p}, {quote(n)}, {m} MiB\n" for p, n, m in rows),
+    }
+
+
+def _table(names: list[str]) -> str:
+    head = output("table_h200_590.48.01_with_processes.txt").split("|    0   N/A  N/A")[0]
+    rows = "".join(f"|    0   N/A  N/A  {1000 + i:>14}      C   {n:<34} {100 + i:>8}MiB |\n"
+                   for i, n in enumerate(names))
+    return head + rows + "+" + "-" * 89 + "+\n"
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_every_process_and_its_memory_is_kept_whatever_its_name(seed: int) -> None:
+    names = _odd_names(seed)
+    expected = {(1000 + i, n, 100.0 + i) for i, n in enumerate(names)}
+    for form, text in [*_csv_forms(names).items(), ("table", _table(names))]:
+        got = {(p.pid, p.name, p.used_mib) for p in extract_facts(text).processes}
+        assert got == expected, form
+
+
+def test_a_comma_in_one_name_keeps_the_rows_after_it() -> None:
+    """The reported case: 50 GiB held by other processes was read as none."""
+    csv_text = ("pid, process_name, used_gpu_memory [MiB]\n"
+                "7001, python3 -c \"a, b\", 25600 MiB\n7002, /root/tools/memhog, 25600 MiB\n")
+    facts = extract_facts(csv_text)
+    assert [p.pid for p in facts.processes] == [7001, 7002]
+    assert facts.foreign_processes_gib == pytest.approx(50.0)

@@ -8,6 +8,8 @@ import time
 import pytest
 
 from bot.evidence import extract_facts, redact
+from bot.evidence.redact import MARK
+from tests.canaries import CANARIES, canary_text, leaked
 
 HF = "hf_" + "aB3dE6gH9jK2mN5pQ8sT1vW4yZ7bC0eF"
 SK = "sk-proj-" + "Ab3De6Gh9Jk2Mn5Pq8St1Vw4Yz7Bc0Ef" * 3
@@ -113,3 +115,38 @@ def test_argv_list_form_as_docker_inspect_prints_it() -> None:
     assert "plainsecret99" not in out
     assert '"--max-num-batched-tokens", "8192"' in out
     assert redact(out) == out
+
+
+@pytest.mark.parametrize("family", list(CANARIES))
+def test_every_token_family_is_redacted(family: str) -> None:
+    text, secret = CANARIES[family]
+    out = redact(text)
+    assert secret not in out and MARK in out
+    assert redact(out) == out
+
+
+def test_all_canaries_together_leave_nothing() -> None:
+    assert leaked(redact(canary_text())) == []
+
+
+@pytest.mark.parametrize("text", [
+    "https://indieweb.org/images/3/35/2018-250-xoxo-indieweb-1.jpg",
+    "xoxb-xxx and xoxp-1234567",
+    "ghost_town github_patch glance-at gl-pat-test",
+    "sk-learn-intelex-2023-1-1-py310-linux-x86-64-abcdefghijk",
+    "eyJ header only, no payload",
+    "Q~ in prose",
+])
+def test_near_misses_of_the_new_families_are_untouched(text: str) -> None:
+    assert redact(text) == text
+
+
+def test_a_git_hash_beside_an_access_key_id_is_kept() -> None:
+    sha = "9c37922a4df0f5b3e1c7d9a2b4c6e8f0a1b3c5d7"
+    out = redact(f"commit {sha} rotated AKIAZ7PQ2XR5LMN3TUVW")
+    assert sha in out and "AKIAZ7PQ2XR5LMN3TUVW" not in out
+
+
+def test_a_url_password_with_an_at_sign_is_hidden_whole() -> None:
+    assert redact("redis://:p@ss@cache:6379/0") == "redis://:[REDACTED]@cache:6379/0"
+    assert redact("postgresql://u:a@b@db/x") == "postgresql://u:[REDACTED]@db/x"

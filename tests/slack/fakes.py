@@ -13,6 +13,7 @@ queued envelopes, and records the acks the app sends back.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import itertools
 import json
@@ -93,6 +94,10 @@ class FakeSlack:
         self.fail_next: dict[str, int] = {}
         self.usergroups: dict[str, list[str]] = {}
         self.ws_url = ""
+        # Slack's "about one message per second per channel": a chat.postMessage to a channel
+        # sooner than this after the last one it accepted there gets 429 (0: no limit)
+        self.channel_window_s = 0.0
+        self._last_post: dict[str, float] = {}
         self._ts = itertools.count(1)
         self._lock = threading.Lock()
         fake = self
@@ -132,7 +137,11 @@ class FakeSlack:
         return f"{self.base}/response/{name}"
 
     def posts(self) -> list[Call]:
-        return self.recorder.of("chat.postMessage")
+        """The messages posted and still standing (a placeholder may be deleted again)."""
+        deleted = {(c.args.get("channel"), c.args.get("ts"))
+                   for c in self.recorder.of("chat.delete")}
+        return [c for c in self.recorder.of("chat.postMessage")
+                if (c.args.get("channel"), c.response.get("ts")) not in deleted]
 
     # ----- the server side
 
@@ -188,6 +197,13 @@ class FakeSlack:
             failing = self.fail_next.get(method, 0)
             if failing:
                 self.fail_next[method] = failing - 1
+            elif method == "chat.postMessage" and self.channel_window_s:
+                channel, now = str(args.get("channel")), time.monotonic()
+                # (a little slack for timer jitter between the bot's clock and this one)
+                if now - self._last_post.get(channel, -1e9) < self.channel_window_s * 0.9:
+                    failing = 1
+                else:
+                    self._last_post[channel] = now
         if failing:
             self.recorder.add(Call(f"{method}#429", auth, args, raw, headers))
             limited = RESPONSES["error_ratelimited_http429"]
@@ -287,7 +303,9 @@ def _read_frame(conn: socket.socket) -> tuple[int, bytes]:
 
 
 class FakeSocketMode:
-    """Accepts one WebSocket client at a time; sends hello, then each queued envelope."""
+    """Accepts WebSocket clients; sends each hello, then each queued envelope. `send` delivers
+    an envelope to the newest connection, `drop` cuts every connection (a network failure:
+    no close frame)."""
 
     def __init__(self) -> None:
         self.sock = socket.create_server(("127.0.0.1", 0))
@@ -296,9 +314,35 @@ class FakeSocketMode:
         self.envelopes: list[dict[str, Any]] = []
         self.acks: list[dict[str, Any]] = []
         self.request_lines: list[str] = []
+        self.conns: list[socket.socket] = []
         self.cond = threading.Condition()
         self._stop = False
         threading.Thread(target=self._serve, daemon=True).start()
+
+    def send(self, envelope: dict[str, Any]) -> None:
+        with self.cond:
+            self.conns[-1].sendall(_frame(json.dumps(envelope).encode()))
+
+    def drop(self) -> None:
+        with self.cond:
+            for conn in self.conns:
+                with contextlib.suppress(OSError):
+                    conn.shutdown(socket.SHUT_RDWR)
+                conn.close()
+            self.conns.clear()
+
+    def wait_for_connections(self, count: int, timeout: float = 30.0) -> None:
+        """Until `count` connections have said hello since the server started."""
+        self._wait_until(self.request_lines, count, timeout, "connections")
+
+    def _wait_until(self, seen: list[Any], count: int, timeout: float, what: str) -> None:
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while len(seen) < count:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise AssertionError(f"{len(seen)} of {count} {what}")
+                self.cond.wait(left)
 
     def close(self) -> None:
         self._stop = True
@@ -318,7 +362,6 @@ class FakeSocketMode:
             while b"\r\n\r\n" not in request:
                 request += conn.recv(4096)
             lines = request.decode().split("\r\n")
-            self.request_lines.append(lines[0])
             headers = {k.strip().lower(): v.strip() for k, v in
                        (ln.split(":", 1) for ln in lines[1:] if ":" in ln)}
             accept = base64.b64encode(hashlib.sha1(
@@ -326,9 +369,13 @@ class FakeSocketMode:
             conn.sendall(("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
                           f"Connection: Upgrade\r\nSec-WebSocket-Accept: {accept}\r\n\r\n"
                           ).encode())
-            conn.sendall(_frame(json.dumps(RESPONSES["socket_mode_hello"]).encode()))
-            for envelope in self.envelopes:
-                conn.sendall(_frame(json.dumps(envelope).encode()))
+            with self.cond:
+                conn.sendall(_frame(json.dumps(RESPONSES["socket_mode_hello"]).encode()))
+                for envelope in self.envelopes:
+                    conn.sendall(_frame(json.dumps(envelope).encode()))
+                self.conns.append(conn)
+                self.request_lines.append(lines[0])
+                self.cond.notify_all()
             while not self._stop:
                 opcode, data = _read_frame(conn)
                 if opcode == 0x9:  # ping -> pong
@@ -345,11 +392,6 @@ class FakeSocketMode:
             conn.close()
 
     def wait_for_acks(self, count: int, timeout: float = 15.0) -> list[dict[str, Any]]:
-        deadline = time.monotonic() + timeout
+        self._wait_until(self.acks, count, timeout, "acks from the app")
         with self.cond:
-            while len(self.acks) < count:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise AssertionError(f"{len(self.acks)} of {count} acks from the app")
-                self.cond.wait(left)
             return list(self.acks)

@@ -51,3 +51,41 @@ def test_a_mention_over_socket_mode_is_acked_and_answered_once(fake: FakeSlack,
 def test_socket_mode_without_an_app_token_says_what_to_set(settings: Settings) -> None:
     with pytest.raises(ValueError, match="SLACK_APP_TOKEN"):
         socket_mode(build(settings, http=False).app, settings)
+
+
+@pytest.mark.slow
+def test_after_the_socket_drops_the_bot_reconnects_and_answers_the_next_mention_once(
+        fake: FakeSlack, settings: Settings) -> None:
+    ws = FakeSocketMode()
+    fake.ws_url = ws.url
+
+    def envelope(n: int) -> dict[str, Any]:
+        e: dict[str, Any] = copy.deepcopy(load("socket_mode_events_api_envelope.json"))
+        e["envelope_id"] = f"env-{n}"
+        e["payload"]["event_id"] = f"Ev0SOCKET{n:03d}"
+        e["payload"]["event"].update(text="<@U0BOT00001> help", ts=f"171717500{n}.000100")
+        return e
+
+    s = settings.model_copy(update={"app_token": SecretStr(APP_TOKEN)})
+    bot = build(s, http=False)
+    handler = socket_mode(bot.app, s)
+    try:
+        handler.connect()
+        ws.wait_for_connections(1)
+        ws.send(envelope(1))
+        ws.wait_for_acks(1)
+        fake.recorder.wait_for("chat.postMessage", 1)
+        ws.drop()  # no close frame: what a network failure looks like
+        ws.wait_for_connections(2, timeout=60)
+        assert len(fake.recorder.of("apps.connections.open")) >= 2  # a fresh URL each time
+        ws.send(envelope(2))
+        acks = ws.wait_for_acks(2)
+        assert [a["envelope_id"] for a in acks] == ["env-1", "env-2"]
+        fake.recorder.wait_for("chat.postMessage", 2)
+        time.sleep(1.0)
+        threads = [c.args["thread_ts"] for c in fake.posts()]
+        assert threads == ["1717175001.000100", "1717175002.000100"]  # each answered once
+    finally:
+        handler.close()
+        bot.close()
+        ws.close()
