@@ -42,9 +42,8 @@ _TRANSPORT = lazy(
 )
 # Prefixes a logger puts on every line of a message: kept on its first line only.
 _LOG = lazy(
-    # Ray / vLLM process tags; a paste cut just after the tag's "(" keeps the rest of it
-    r"(?:\(?[A-Za-z_][\w.-]{0,60}(?:,? (?:rank|pid|ip|node|replica)=[\w.:/-]{1,60}){1,4}\) "
-    r"|\((?:raylet|gcs_server|autoscaler|dashboard|monitor)\) "
+    r"(?:\((?:[A-Za-z_][\w.-]{0,60}(?:,? (?:rank|pid|ip|node|replica)=[\w.:/-]{1,60}){1,4}"
+    r"|raylet|gcs_server|autoscaler|dashboard|monitor)\) "  # Ray / vLLM process tags
     r"|\[rank\d{1,5}\]: ?"  # torchrun
     r"|(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL) {1,2}\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{1,6})?"
     r" (?:\[[\w./-]{1,80}:\d{1,6}\]|[\w./-]{1,80}:\d{1,6}\]) "  # vLLM's logger

@@ -216,13 +216,3 @@ def test_a_word_cut_into_what_reads_as_a_setting_is_rejoined() -> None:
             "= 2736 is not divisible by tile_n_size = 64")
     pasted = line[:120] + "\n" + line[120:]
     assert unwrap(pasted, frozenset({"size"})).text == line + "\n"
-
-
-def test_a_process_tag_cut_at_its_paren_is_still_a_log_prefix() -> None:
-    # vllm#8903 as pasted: the first character, the tag's "(", was left out of the copy
-    line = ("VllmWorkerProcess pid=214) ERROR 09-27 05:20:38 multiproc_worker_utils.py:233] "
-            "Exception in worker VllmWorkerProcess while processing method "
-            "determine_num_available_blocks: CUDA out of memory.")
-    assert split_prefix(line)[1].startswith("VllmWorkerProcess pid=214) ERROR 09-27")
-    assert not is_prose(line)
-    assert is_prose("the worker said pid=214) and then stopped")  # a sentence, not a tag
