@@ -59,8 +59,10 @@ _RECORD = lazy(
     r"|(?:[a-z_]\w{0,40}\.){0,6}[A-Z][\w.]{0,80}(?:Error|Exception|Warning|Interrupt|Exit|Failure)\b:?"
     r"|(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\b|\d{4}-\d\d-\d\d|\d\d-\d\d \d\d:"
     r"|[-*+] |\d{1,2}[.)] |#{1,6} |```|\$ |\||\+-|={3}|-{3}|NCCL |\[|\{|<)")
-# A line that is whole on its own: a key and its value, a process's last word.
+# A line that is whole on its own: a key and its value, a process's last word. Not a line with
+# Chinese or Japanese in it: such prose has no spaces, so it would read as one long value.
 _STANDALONE = lazy(r"\s{0,40}(?![\w.]{0,60}(?:Error|Exception|Warning):)"
+                   r"(?![^\n]{0,400}[\u3040-\u9fff])"
                    r"[\w.-]{1,60}\s{0,4}[:=]\s{0,4}\S{1,80}\s{0,4}$"
                    r"|(?:Killed|Aborted|Terminated|Segmentation fault|Bus error)\b")
 # A re-flowed line ends mid-sentence; these end a sentence, a value or a bracket.
