@@ -128,6 +128,9 @@ class Facts(Strict):
     engine_version: str | None = None
     engine_generation: Literal["V0", "V1"] | None = None
     model: str | None = None
+    # a model the person names in words ("serve `Qwen3-32B-FP8`"): what the sizing reads when
+    # the command's model is a local path the catalog cannot place
+    model_named: str | None = None
     dtype: str | None = None
     quantization: str | None = None
     num_attention_heads: int | None = None  # as an error printed it (the model's config wins)

@@ -100,6 +100,10 @@ class FactSink:
         if name not in self._values:
             self.set(name, value, line_no)
 
+    def discard(self, name: str) -> None:
+        self._values.pop(name, None)
+        self._lines.pop(name, None)
+
     def get(self, name: str) -> Any:
         return self._values.get(name)
 

@@ -82,6 +82,7 @@ class MentionsExtractor:
 
     def __init__(self) -> None:
         self._memory_said: tuple[float, int] | None = None  # each card's GiB, and its line
+        self._model_said: str | None = None  # the model fact, when these words set it
 
     def feed(self, line: Line, sink: FactSink) -> None:
         text = line.text
@@ -112,15 +113,16 @@ class MentionsExtractor:
             fact = "mem_fraction_static" if "fraction" in u.group("key").lower() else (
                 "gpu_memory_utilization")
             sink.set_default(fact, float(u.group("value")), line.no)
-        if sink.get("model") is None:
-            model = _model(text)
-            if model:
+        if sink.get("model_named") is None and (model := _model(text)):
+            # "Qwen3.8-27B (NVFP4)": the format said right after the name
+            q = _QUANT_AFTER.match(text, text.find(model) + len(model))
+            fmt = q.group("q").lower() if q else None
+            sink.set("model_named", f"{model}-{fmt}" if fmt else model, line.no)
+            if sink.get("model") is None:
                 sink.set_default("model", model, line.no)
-                # "Qwen3.8-27B (NVFP4)": the format said right after the name
-                at = text.find(model) + len(model)
-                q = _QUANT_AFTER.match(text, at)
-                if q and sink.get("quantization") is None:
-                    sink.set_default("quantization", q.group("q").lower(), line.no)
+                self._model_said = model
+                if fmt and sink.get("quantization") is None:
+                    sink.set_default("quantization", fmt, line.no)
 
     def fold(self) -> Fold:
         """Every reading here fills a fact only if unset: the first line each would act on."""
@@ -131,7 +133,10 @@ class MentionsExtractor:
         GPU's total (an OOM line's capacity is set as a default too, and outranks it)."""
         if self._memory_said is not None and sink.get("gpu_total_gib") is None:
             sink.set_default("gpu_total_gib", *self._memory_said)
-        self._memory_said = None
+        model = sink.get("model")
+        if model is not None and model in (self._model_said, sink.get("model_named")):
+            sink.discard("model_named")  # the words are the model fact: nothing to add
+        self._memory_said = self._model_said = None
 
 
 def _short(match: re.Match[str]) -> bool:

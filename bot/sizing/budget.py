@@ -34,6 +34,8 @@ from bot.sizing.kv import DEFAULT_BLOCK, KvLayout, cdiv, head_size, kv_heads_per
 SAFE_MIN_UTIL = 0.90  # the safe range for a GPU the server has to itself
 SAFE_MAX_UTIL = 0.95
 DEFAULT_UTIL = 0.9  # CacheConfig.gpu_memory_utilization
+# The most of one GPU the weights may take and still leave the KV cache a useful share.
+WEIGHTS_SHARE = 0.75
 LOG_PRINT_WINDOW_GIB = 0.005  # a value printed as X.XX GiB
 REDUNDANCY_BUFFER_GIB = 150 * MIB / GIB  # vLLM's --kv-cache-memory suggestion margin
 
@@ -156,6 +158,12 @@ def look_up_model(facts: Facts, model_config: dict[str, object] | None = None) -
         if facts.model:
             return ModelLookup(resolve_model(facts.model))
     except UnknownName as exc:
+        named = facts.model_named
+        if named and named != facts.model:
+            try:
+                return ModelLookup(resolve_model(named))
+            except UnknownName:
+                pass
         return ModelLookup(unknown=f"model geometry unknown: {exc}")
     return ModelLookup()
 
@@ -526,11 +534,14 @@ class Budget:
     def _tp_what_if(self, out: SizingFigures, lay: KvLayout, target: int | None) -> None:
         """The smallest larger TP size whose per-rank budget fits the target length."""
         avail, w = self.available, self.weights
-        if avail is None or w is None or not target:
+        if w is None:
             return
         # Not limited by the host's GPU count: "TP 2 would fit" is worth saying even on a
         # one-GPU host; the planner's no_spare_gpus condition withholds it there, with why.
         limit = max(self.f.gpu_count or len(self.f.gpus), 8)
+        if avail is None or not target:
+            self._tp_for_weights(out, lay, w, limit)
+            return
         for tp in tp_sizes(lay.spec, limit // lay.pp):
             if tp <= lay.tp:
                 continue
@@ -539,6 +550,18 @@ class Budget:
             out.suggested_tensor_parallel_size, out.tp_max_model_len = tp, fit
             if fit is not None and fit >= target:
                 break
+
+
+    def _tp_for_weights(self, out: SizingFigures, lay: KvLayout, w: float, limit: int) -> None:
+        """With no KV budget to size against (no utilization or KV line shown), weights that
+        fill one GPU: the smallest larger TP size whose share of the weights leaves a quarter
+        of the GPU for the KV cache and activations."""
+        if self.total is None or w <= self.total * WEIGHTS_SHARE:
+            return
+        for tp in tp_sizes(lay.spec, limit // lay.pp):
+            if tp > lay.tp and w * lay.tp / tp <= self.total * WEIGHTS_SHARE:
+                out.suggested_tensor_parallel_size = tp
+                return
 
 
 def tp_sizes(spec: ModelSpec, limit: int) -> list[int]:

@@ -141,3 +141,12 @@ def test_human_readable_integers_as_vllm_reads_them() -> None:
                           "--max-num-batched-tokens 8k --max-num-seqs 256\n")
     assert (facts.max_model_len, facts.max_num_batched_tokens, facts.max_num_seqs) == (
         32768, 8000, 256)
+
+
+def test_the_model_named_in_words_is_kept_beside_the_commands_local_path() -> None:
+    """sglang-7006: 'to serve `Qwen3-32B-FP8`' above `--model-path mymodels`: the command's
+    path is what a fix must repeat, the name is what the sizing can read."""
+    facts = extract_facts("This is my command to launch `sglang` to serve `Qwen3-32B-FP8`:\n"
+                          "python -m sglang.launch_server --model-path mymodels --tp-size 2\n")
+    assert facts.model == "mymodels"
+    assert facts.model_named == "Qwen3-32B-fp8"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from bot.schema import Facts, GpuInfo, GpuProcess
-from bot.sizing.budget import compute_sizing
+from bot.sizing.budget import compute_sizing, look_up_model
 
 
 def test_log_estimate_is_used_and_checked_for_agreement() -> None:
@@ -146,3 +146,26 @@ def test_what_ifs_quantization_offload_and_batched_tokens() -> None:
 def test_nothing_known_does_not_crash() -> None:
     s = compute_sizing(Facts())
     assert s.max_model_len_that_fits is None and s.kv_bytes_per_token is None
+
+
+def test_weights_that_fill_the_gpu_suggest_the_tp_that_leaves_room_without_a_budget() -> None:
+    """sglang-7006: Qwen3-32B-FP8 at --tp-size 2 on 16 GB cards, no utilization or KV line:
+    15.6 GiB of weights per GPU of 15.77; TP 4 leaves each GPU half its memory."""
+    facts = Facts(engine="sglang", model="Qwen/Qwen3-32B-FP8", tensor_parallel_size=2,
+                  gpu_total_gib=15.77)
+    s = compute_sizing(facts)
+    assert s.extra.suggested_tensor_parallel_size == 4
+    roomy = compute_sizing(Facts(**{**facts.known(), "gpu_total_gib": 79.1}))
+    assert roomy.extra.suggested_tensor_parallel_size is None  # the weights fit at TP 2
+
+
+def test_a_local_path_that_names_no_model_is_sized_as_the_model_the_person_names() -> None:
+    facts = Facts(engine="sglang", model="mymodels", model_named="Qwen3-32B-FP8")
+    found = look_up_model(facts).model
+    assert found is not None and found.spec.id == "Qwen/Qwen3-32B"
+    assert found.quantization == "fp8"
+    # a model the catalog knows is read as given, whatever the prose names
+    given = look_up_model(Facts(model="meta-llama/Llama-3.1-8B", model_named="Qwen3-32B")).model
+    assert given is not None and given.spec.id == "meta-llama/Llama-3.1-8B-Instruct"
+    unknown = look_up_model(Facts(model="mymodels"))
+    assert unknown.model is None and unknown.unknown is not None
