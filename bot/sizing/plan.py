@@ -185,7 +185,10 @@ def finish_fixes(fixes: list[Fix], engine: str, facts: Facts, sizing: Sizing | N
     out: list[Fix] = []
     seen: set[tuple[object, ...]] = set()
     for fix in fixes:
-        fix = on_command(with_headroom(fix, sizing), engine, command, facts)
+        fix = with_headroom(fix, sizing)
+        if _changes_nothing(fix, engine, command):
+            continue
+        fix = on_command(fix, engine, command, facts)
         # two fixes that set the same flags and differ only in a length's value are one fix
         key = tuple(sorted((f, None if f in LENGTH_FLAGS else str(v))
                            for f, v in fix.flags.items())) or (fix.command,)
@@ -195,6 +198,19 @@ def finish_fixes(fixes: list[Fix], engine: str, facts: Facts, sizing: Sizing | N
         out.append(fix)
     out.sort(key=lambda f: bool(f.instruction))  # stable: the planner's order otherwise
     return out[:MAX_FIXES]
+
+
+def _changes_nothing(fix: Fix, engine: str, command: ServerCommand | None) -> bool:
+    """A fix whose every flag the server's own command already sets to that value (an example
+    `--tp-size 2` for a server started with `--tp-size 2`): restarting with it is no fix."""
+    if command is None or command.engine != engine:
+        return False
+    template = parse_command(fix.command)
+    if template is None:
+        return False
+    wanted = [(f, v) for f, v in template.flags if f not in MODEL_FLAGS]
+    return bool(wanted) and all(command.has(f) and str(command.get(f)) == str(v)
+                                for f, v in wanted)
 
 
 def round_value(limit: int) -> int:

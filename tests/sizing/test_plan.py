@@ -247,3 +247,27 @@ def test_tp_fix_names_this_host_only_when_it_shows_the_gpus() -> None:
     assert len(tp_fixes(four)) == 1 and "on a host with" not in tp_fixes(four)[0].command
     assert tp_fixes(four)[0].flags["--tensor-parallel-size"] in (2, 4)
     assert "this host already has 4 GPUs" in {w.reason for w in four.withheld}.pop()
+
+
+def test_an_example_value_the_server_already_runs_with_is_not_offered() -> None:
+    """SGLang at --tp-size 2 with a model of unknown size: the template's example '--tp-size 2'
+    would restart the server as it was; with the size known, TP 4 is offered on its command."""
+    from bot.kb.loader import load_kb
+    from bot.sizing.command import parse_command
+
+    shipped = load_kb(use_cache=False)
+    oom = [ProblemMatch(id="oom-loading-weights", title="OOM", confidence=0.9)]
+    command = parse_command("python -m sglang.launch_server --model-path mymodels --tp-size 2 "
+                            "--port 30000")
+    base: dict[str, Any] = dict(engine="sglang", model="mymodels", tensor_parallel_size=2)
+    # 405B on 16 GB cards: no TP size on one host fits it, so the template falls back to 2
+    unknown = plan(shipped, oom, Facts(**base, model_named="Llama-3.1-405B", gpu_total_gib=15.77),
+                   command=command)
+    assert "tensor-parallel-too-small" in [c.id for c in unknown.causes]
+    assert not [f for f in unknown.fixes if "--tp-size" in f.change]
+    named = plan(shipped, oom, Facts(**base, model_named="Qwen3-32B-FP8", gpu_total_gib=15.77),
+                 command=command)
+    tp = [f for f in named.fixes if "--tp-size" in f.flags]
+    assert tp and tp[0].flags["--tp-size"] == 4
+    assert tp[0].command.startswith("python -m sglang.launch_server --model-path mymodels "
+                                    "--tp-size 4 --port 30000")
