@@ -52,6 +52,22 @@ def test_full_shows_every_section_and_evidence_whole(capsys: pytest.CaptureFixtu
     assert "\033[" not in out  # captured, not a terminal: no colour
 
 
+def test_causes_named_mid_sentence_keep_their_acronyms(tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]
+                                                      ) -> None:
+    """sglang#5883's gloo timeout: the causes not ruled out are listed in one sentence, and
+    'NCCL cannot ...' stays NCCL there ('nCCL' read as a typo on a phone)."""
+    log = tmp_path / "gloo.log"
+    log.write_text("Exception: Capture cuda graph failed: [/pytorch/third_party/gloo/gloo/"
+                   "transport/tcp/unbound_buffer.cc:133] Timed out waiting 1800000ms for send "
+                   "operation to complete\n", encoding="utf-8")
+    assert main(["diagnose", str(log), "--no-store", "--full"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert out.startswith("NCCL / multi-GPU communication failure")
+    assert "1. One rank stopped participating, so a collective timed out" in out
+    assert "Not ruled out: NCCL" in out and "nCCL" not in out
+
+
 def test_json_contract(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["diagnose", str(EXAMPLE), "--json", "--no-store"]) == 0
     d = json.loads(capsys.readouterr().out)

@@ -118,11 +118,19 @@ def apply_setting(key: str, raw: Any, sink: FactSink, line_no: int) -> None:
         # vLLM reads integer flags human-readably: 32k = 32000, 32K = 32768
         sink.set(fact, _human_int(text), line_no)
     elif fact == "model":
-        sink.set(fact, text.rstrip("/") or None, line_no)
+        if text.lower() not in _BACKENDS:
+            sink.set(fact, text.rstrip("/") or None, line_no)
     elif fact in ("dtype", "kv_cache_dtype", "quantization"):
         sink.set(fact, text.removeprefix("torch.").lower(), line_no)
     else:
         sink.set(fact, convert(fact, text), line_no)
+
+
+# What `--model` names in an evaluation harness's command (`lm_eval --model vllm
+# --model_args pretrained=...`): the backend, not a model.
+_BACKENDS = frozenset({"hf", "hf-auto", "hf-multimodal", "vllm", "vllm-vlm", "sglang",
+                       "openai", "openai-completions", "openai-chat-completions",
+                       "local-completions", "local-chat-completions"})
 
 
 def _human_int(text: str) -> int | None:

@@ -16,7 +16,7 @@ from bot.lazyre import lazy
 
 # A GPU model: a family prefix and a model number, with an optional memory size.
 _GPU = lazy(
-    r"(?<![\w-])(?:(?P<count>\d{1,2}) ?[x×*] ?)?"
+    r"(?<![\w-])(?:(?P<count>\d{1,2}) ?[x×*] ?|(?P<said>two|three|four|six|eight) )?"
     r"(?P<name>(?:NVIDIA |Nvidia )?(?:GeForce |Tesla |Quadro )?"
     r"(?:RTX ?(?:PRO )?[A-Z]?\d{3,4}(?: ?Ti| ?Ada| D| SUPER)?|GTX ?\d{3,4}(?: ?Ti)?|"
     r"GB?[HB]?\d{3}|[AHLBVTP]\d{1,4}[A-Z]?(?:-SXM\d?|-PCIE)?)(?: ?\d{2,3} ?GB)?)"
@@ -90,9 +90,10 @@ class MentionsExtractor:
             return  # a log line, not a sentence someone wrote
         if sink.get("gpu_name") is None and (m := _GPU.search(text)) and _plausible_gpu(m):
             sink.set_default("gpu_name", m.group("name").strip(), line.no)
-            count = m.group("count") or m.group("after")  # "4x A10" or "A10*4"
+            # "4x A10", "A10*4" or "two A100 80GB GPUs"
+            count = m.group("count") or m.group("after") or m.group("said")
             if count:
-                sink.set_default("gpu_count", int(count), line.no)
+                sink.set_default("gpu_count", _NUMBER_WORDS.get(count) or int(count), line.no)
         if sink.get("gpu_name") is None and (m := _LOOSE_GPU.search(text)):
             sink.set_default("gpu_name", m.group("name").strip(), line.no)
             count = m.group("count")

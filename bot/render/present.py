@@ -465,6 +465,14 @@ def present(d: Diagnosis, history: History | None = None, *, host: str | None = 
     return Presentation(title, True, sections, choices)
 
 
+def _mid_sentence(title: str) -> str:
+    """A title inside a sentence: "Another process ..." -> "another process ...", but an
+    acronym keeps its case ("NCCL cannot ...", "CUDA-graph capture ...")."""
+    if title[1:2].isupper():
+        return title
+    return title[:1].lower() + title[1:]
+
+
 def _cause_lines(d: Diagnosis, proof: list[tuple[int | None, str]], host: str | None
                  ) -> list[Line]:
     """The ranked causes with their evidence; a line the proof already quotes is not said
@@ -477,7 +485,7 @@ def _cause_lines(d: Diagnosis, proof: list[tuple[int | None, str]], host: str | 
             why = "the line above"
         out.append(Line.of(f"{i}. {c.title}" + (f": {why}" if why else "")))
     if d.more_causes:
-        names = ", ".join(c.title[:1].lower() + c.title[1:] for c in d.more_causes[:4])
+        names = ", ".join(_mid_sentence(c.title) for c in d.more_causes[:4])
         where = f"inferbot check {host}" if host else "inferbot check HOST"
         out.append(Line.of(f"Not ruled out: {names}; `{where}` (the host's own numbers) "
                            "would decide."))

@@ -221,7 +221,8 @@ class Budget:
             self.notes.append("gpu_memory_utilization not shown: vLLM's default 0.9 assumed")
         self.weight_fmt = weight_format(
             self.f.quantization or (inp.model.quantization if inp.model
-                                    else quantization_in_name(self.f.model)),
+                                    else quantization_in_name(self.f.model)
+                                    or quantization_in_name(self.f.model_named)),
             (inp.model.weight_dtype if inp.model else None) or self.f.dtype)
         self.weights = self._weights()
         self.mnbt = self.f.max_num_batched_tokens
@@ -261,7 +262,8 @@ class Budget:
         if self.f.weights_gib is not None:
             return self.f.weights_gib
         m = self.inp.model
-        params = m.spec.params if m is not None else params_from_name(self.f.model)
+        params = m.spec.params if m is not None else (
+            params_from_name(self.f.model) or params_from_name(self.f.model_named))
         if params is None:
             return None
         self.estimated.append("weights")

@@ -119,6 +119,8 @@ def test_later_oom_wins() -> None:
     ("llm = TheBloke/Llama-2-70B-AWQ on a Tesla T4 machine", "Tesla T4", None,
      "TheBloke/Llama-2-70B-AWQ"),
     ("cannot run on H100", "H100", None, None),
+    ("Load Llama 3.1 70B on two A100 80GB GPUs with vLLM's default settings", "A100 80GB", 2,
+     "Llama 3.1 70B"),
     ("L2 cache misses in /vllm/model_executor/models/llama.py", None, None, None),
 ])
 def test_prose_mentions(text: str, gpu: str | None, count: int | None, model: str | None) -> None:

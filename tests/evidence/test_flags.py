@@ -150,3 +150,13 @@ def test_the_model_named_in_words_is_kept_beside_the_commands_local_path() -> No
                           "python -m sglang.launch_server --model-path mymodels --tp-size 2\n")
     assert facts.model == "mymodels"
     assert facts.model_named == "Qwen3-32B-fp8"
+
+
+def test_an_evaluation_harness_s_backend_is_not_the_model() -> None:
+    """lm-evaluation-harness#1804: `--model vllm` names lm_eval's backend; the model is a
+    shell variable in --model_args, so the one named in words is what can be sized."""
+    facts = extract_facts("lm_eval --model vllm \\\n"
+                          "    --model_args pretrained=$model_path,tensor_parallel_size=4\n"
+                          "However, it loads the llama 65B model directly into one GPU\n")
+    assert facts.model == "llama 65B"
+    assert extract_facts("vllm serve vllm --port 8000").model is None
