@@ -198,6 +198,9 @@ class Facts(Strict):
     profile_start_used_gib: float | None = None  # V0 "initial_memory_usage": weights included
     engines_on_gpu: int | None = None  # inference engines the paste starts (servers, LLM())
     trainer_on_gpu: bool | None = None  # a trainer shares the GPU (GRPO/RLHF colocation)
+    # the paste is from a training run past its start (PPO/GRPO/RLVR scripts, a trainer's
+    # steps), engine or not
+    training_run: bool | None = None
     # where the server was when it failed (the top problem's phase, bot.kb.phase)
     phase: str | None = None
     # runtime pressure

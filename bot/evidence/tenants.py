@@ -44,6 +44,17 @@ _TRAINER_WORDS = ("verl", "openrlhf", "grpo", "rlhf", "rollout", "sleep mode", "
 _TRAINER_SAID = lazy(r"\b(?:verl|openrlhf|grpo\w{0,10}|rlhf|(?:vllm|sglang) rollout|rollout "
                      r"(?:worker|engine|model)|sleep mode|enable_sleep|woken up|wake_up)\b",
                      re.IGNORECASE)
+# A training run's own words, engine or not: RL algorithms, training scripts and a trainer's
+# steps ("python train.py", "train_ppo.sh", "Train epoch [1/1]", compute_log_probs)
+_TRAINING_WORDS = ("ppo", "rlvr", "dapo", "rloo", "train", "compute_log_probs",
+                   "forward_backward", "loss.backward", "optimizer.step")
+_TRAINING_SAID = lazy(r"\b(?:ppo|rlvr|dapo|rloo|train(?:_\w{1,20})?\.(?:py|sh)|train epoch|"
+                      r"training (?:step|script|loop|run)|trainer\.train|compute_log_probs|"
+                      r"forward_backward\w{0,10}|loss\.backward|optimizer\.step)\b",
+                      re.IGNORECASE)
+# A trainer still building its workers (verl's init_workers -> init_model): its OOM is a
+# start-up one, not a step's
+_TRAINER_STARTING = ("init_workers", ".init_model(")
 _ENGINE_WORDS = ("vllm", "sglang")
 _DEVICES = lazy(r"CUDA_VISIBLE_DEVICES=[\"']?(?P<ids>\d{1,2}(?:,\d{1,2}){0,15})")
 _CODE_LLM = lazy(r"(?:^|[=\s(])LLM\(")
@@ -56,8 +67,9 @@ _CHATTER = ("Received request", "prompt: ")
 class TenantsExtractor:
     name: ClassVar[str] = "tenants"
     anchors: ClassVar[tuple[str, ...]] = (*_SERVER_COMMANDS, *_LLM, *_TRAINERS, *_TRAINER_VLLM,
-                                          *_SLEEP_MODE)
-    folded_anchors: ClassVar[tuple[str, ...]] = (*_TRAINER_WORDS, *_ENGINE_WORDS)
+                                          *_SLEEP_MODE, *_TRAINER_STARTING)
+    folded_anchors: ClassVar[tuple[str, ...]] = (*_TRAINER_WORDS, *_TRAINING_WORDS,
+                                                 *_ENGINE_WORDS)
     follow: ClassVar[int] = 16  # a command continued over lines with "\\"
 
     def __init__(self) -> None:
@@ -65,7 +77,8 @@ class TenantsExtractor:
         self._servers: dict[tuple[str | None, str | None], frozenset[str] | None] = {}
         self._command: list[str] | None = None  # a command being read, continued with "\\"
         self._engines: set[str] = set()
-        self._trainer = self._trainer_vllm = self._engine_named = False
+        self._trainer = self._trainer_vllm = self._engine_named = self._training = False
+        self._starting = False
 
     def feed(self, line: Line, sink: FactSink) -> None:
         text = line.text
@@ -82,6 +95,8 @@ class TenantsExtractor:
             self._engines.add(" ".join(text.split()))
         self._trainer = (self._trainer or any(k in text for k in _TRAINERS)
                          or _TRAINER_SAID.search(text) is not None)
+        self._training = self._training or _TRAINING_SAID.search(text) is not None
+        self._starting = self._starting or any(k in text for k in _TRAINER_STARTING)
         self._trainer_vllm = self._trainer_vllm or any(k in text for k in _SLEEP_MODE) or (
             any(k in text for k in _TRAINER_VLLM)
             and _TRAINER_VLLM_SETTING.search(text) is not None)
@@ -109,3 +124,6 @@ class TenantsExtractor:
         if self._trainer_vllm or (self._trainer and (engines or self._engine_named
                                                      or sink.get("engine") in ("vllm", "sglang"))):
             sink.set("trainer_on_gpu", True)
+        trainer = self._trainer or self._training or sink.get("trainer_on_gpu")
+        if trainer and not self._starting:
+            sink.set("training_run", True)

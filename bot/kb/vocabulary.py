@@ -29,7 +29,7 @@ CONDITIONS: frozenset[str] = frozenset({
     "oom_not_a_shortage", "other_process_memory", "profile_implausible",
     "server_memory_outside_pytorch", "several_engines_on_gpu", "spare_gpus",
     "startup_free_check_failed", "tgi_warmup_prefill",
-    "trainer_pool_large", "trainer_shares_gpu", "utilization_at_safe_max",
+    "trainer_pool_large", "trainer_shares_gpu", "training_run", "utilization_at_safe_max",
     "utilization_cannot_fit", "utilization_high", "utilization_low", "utilization_would_fit",
     "weights_cannot_load", "weights_dominate_budget", "weights_exceed_budget_at_safe_max",
     "weights_exceed_common_gpu", "weights_exceed_gpu", "weights_exceed_one_gpu_unsharded",

@@ -205,6 +205,14 @@ def _trainer(f: Facts, s: Sizing | None) -> str | None:
             "gradients and optimizer state take the memory vLLM sized itself against")
 
 
+@condition("training_run")
+def _training(f: Facts, s: Sizing | None) -> str | None:
+    """A training run's own steps (rollouts, log-probs, backward) take the GPU after start."""
+    if not f.training_run:
+        return None
+    return "the paste is from a training run, whose steps use the GPU after the engine started"
+
+
 @condition("non_torch_implausible")
 def _non_torch_odd(f: Facts, s: Sizing | None) -> str | None:
     """Early V1 counts every process's memory as this server's non-torch memory."""

@@ -59,3 +59,21 @@ CASES: list[tuple[str, str, int | None, bool | None]] = [
 def test_tenants(text: str, engines: int | None, trainer: bool | None) -> None:
     facts = extract_facts(text)
     assert (facts.engines_on_gpu, facts.trainer_on_gpu) == (engines, trainer)
+
+
+@pytest.mark.parametrize(("text", "training"), [
+    # an RL run with no engine named: its OOM, unplaced, came in a training step
+    ("I ran the recommended Training Script: `python train.py`, but encountered a memory "
+     "overflow error", True),
+    ('(ActorWorker(reference-0) pid=7034) File "/roll/pipeline/base_worker.py", line 230, in '
+     "compute_log_probs", True),
+    ("Train epoch [1/1]:  11%|\u2588         | 28/256 [01:16<05:31,  1.45s/it, pg=0.164", True),
+    # the trainer still building its workers: a start-up OOM, not a step's (verl#3104)
+    ('File "/verl/trainer/main_ppo.py", line 239, in run\n    trainer.init_workers()\n'
+     "    self.actor_rollout_wg.init_model()", None),
+    # words that only look like training
+    ("the container restarted after the pretrained weights were cached", None),
+    ("vllm serve Qwen/Qwen3-8B --max-model-len 8192", None),
+])
+def test_training_run(text: str, training: bool | None) -> None:
+    assert extract_facts(text).training_run is training

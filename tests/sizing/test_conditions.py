@@ -58,6 +58,7 @@ ROWS = [
         dict(free_memory_gib=46.0, gpu_total_gib=47.38, gpu_memory_utilization=0.95), "31.44"),
     Row("several_engines_on_gpu", dict(engines_on_gpu=2), dict(engines_on_gpu=1), "2 inference"),
     Row("trainer_shares_gpu", dict(trainer_on_gpu=True), dict(), "trainer"),
+    Row("training_run", dict(training_run=True), dict(trainer_on_gpu=True), "training run"),
     Row("non_torch_implausible", dict(non_torch_gib=9.5), dict(non_torch_gib=0.6), "9.50 GiB"),
     Row("profile_implausible", dict(model=L8B, activation_peak_gib=16.0, weights_gib=14.99),
         dict(model=L8B, activation_peak_gib=1.4, weights_gib=14.99), "16.00 GiB"),
