@@ -49,6 +49,17 @@ def test_frames_above_the_error_decide(kb: KB, stack: tuple[str, ...], problem: 
     assert d.top is not None and (d.top.id, d.top.phase) == (problem, phase)
 
 
+def test_torch_moving_a_module_onto_the_device_is_loading(kb: KB) -> None:
+    """ipex-llm#12584: `model.to(device)` runs torch's module `convert`; an XPU (not only a
+    CUDA) device out of memory there is a loading OOM."""
+    text = ('  File "/usr/lib/python3.11/dist-packages/torch/nn/modules/module.py", line 1158,'
+            " in convert\n    return t.to(device, dtype if t.is_floating_point() else None)\n"
+            "RuntimeError: XPU out of memory. Tried to allocate 1.02 GiB (GPU 0; 15.56 GiB total "
+            "capacity; 0 bytes already allocated; 0 bytes reserved in total by PyTorch)\n")
+    d = run(kb, text)
+    assert d.top is not None and (d.top.id, d.top.phase) == ("oom-loading-weights", "loading")
+
+
 def test_an_error_printed_before_its_traceback(kb: KB) -> None:
     # vllm#3407: "Future exception was never retrieved", the OOM first, the frames below
     text = ("Future exception was never retrieved\nfuture: <Future finished exception="
