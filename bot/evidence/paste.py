@@ -145,6 +145,8 @@ _LETTERS = lazy(r"[A-Za-z]{2,40}")
 _CODE_CHARS = "()[]{}<>=/_\\"
 CODE_SHARE = 0.12  # a line this dense in brackets, paths and assignments is code
 _CJK = lazy(r"[\u3040-\u30ff\u4e00-\u9fff\uac00-\ud7af]")
+_SUBJECTS = frozenset({"it", "we", "this", "that", "they", "he", "she", "which", "vllm",
+                       "sglang", "server", "everything"})
 # A command line: a prompt or environment assignments, then a program, then options
 # ("CUDA_VISIBLE_DEVICES=0,1 vllm serve /models/x --max-model-len 4096 --limit-mm-per-prompt").
 _COMMAND = lazy(r"^\s{0,8}(?:[$#>]\s{1,4})?(?:[A-Z][A-Z0-9_]{1,40}=\S{0,200}\s{1,4}){0,8}"
@@ -181,7 +183,11 @@ def is_prose(line: str) -> bool:
         # "Exception in callback _log_task_completion(error_callback=<bound method...>)":
         # brackets, paths and assignments, not a sentence
         return False
-    return len(_LETTERS.findall(head)) >= 3 or _CJK.search(head) is not None
+    words = _LETTERS.findall(head)
+    # three words, or two led by a person's subject ("it OOMs:", "we crash"): a log record
+    # of two words ("Worker exiting") has none
+    return (len(words) >= 3 or _CJK.search(head) is not None
+            or (len(words) == 2 and words[0].lower() in _SUBJECTS))
 
 
 def words_of(text: str) -> set[str]:

@@ -193,6 +193,9 @@ def test_a_width_met_by_the_message_or_by_the_whole_line() -> None:
     ("$ vllm serve Qwen/Qwen2.5-7B-Instruct --max-model-len 32768 --gpu-memory-utilization 0.9",
      False),
     ("I ran vllm serve with the same model and it worked before the upgrade", True),
+    # two words are a sentence when a subject leads them (vllm#9163), not a log record's
+    ("it OOMs:", True),
+    ("Worker exiting", False),
 ])
 def test_a_persons_words_are_told_from_a_programs(line: str, prose: bool) -> None:
     assert is_prose(line) is prose

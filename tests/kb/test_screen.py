@@ -91,6 +91,18 @@ def test_an_unplaced_oom_in_a_trainers_run_happened_while_it_trained(kb: KB) -> 
     assert d.causes[0].id == "foreign-process-holds-memory"
 
 
+def test_requests_pending_with_the_kv_cache_nearly_empty_are_not_preemption(kb: KB) -> None:
+    """vllm#11517: 'requests stuck in pending' is the words for preemption, but a KV cache at
+    3% is not the pool running out."""
+    text = ("requests are getting stuck in the pending state despite having available GPU "
+            "resources\nINFO 12-20 10:00:01 metrics.py:349] Avg prompt throughput: 0.0 tokens/s,"
+            " Avg generation throughput: 30.1 tokens/s, Running: 1 reqs, Swapped: 0 reqs, "
+            "Pending: 3 reqs, GPU KV cache usage: 3.1%, CPU KV cache usage: 0.0%.\n")
+    assert "kv-cache-preemption" not in [p.id for p in run(kb, text).problems]
+    full = text.replace("GPU KV cache usage: 3.1%", "GPU KV cache usage: 99.6%")
+    assert run(kb, full).problems[0].id == "kv-cache-preemption"
+
+
 def test_the_same_oom_alone_is_read_as_start_up(kb: KB) -> None:
     assert run(kb, VERL_OOM.split("\n", 1)[1]).problems[0].id == "oom-during-startup-profiling"
 
