@@ -87,6 +87,13 @@ def test_cli_with_postgresql_paused(own_pg: Cluster, tmp_path: Path) -> None:
         print(f"\nCLI with PostgreSQL paused: answered and exited in {took:.1f} s")
         assert_answered_in_time(done, took)
         assert len(list(spool.glob("*.json"))) == 1
+        for args in (["history"], ["resolve", "1", "--fix", "--max-model-len 32768"]):
+            done, took = cli(own_pg.url, spool, *args)
+            print(f"{args[0]} with PostgreSQL paused: exit {done.returncode} in {took:.1f} s")
+            assert took < 10 and done.returncode == 1 and not done.stdout
+            assert done.stderr.splitlines() == [
+                "inferbot: the incident database is unavailable: the database did not answer "
+                "within 4 s"]
     finally:
         own_pg.resume()
     done, _ = cli(own_pg.url, spool, "history", "--json")

@@ -531,10 +531,10 @@ def history(
     problem and cause names (every word must appear). `since`/`until` take '7d', '12h', '30m' or
     an ISO date. With `search`, "newest" is the order of recording (the text index's order,
     which keeps searches fast on millions of rows); otherwise it is the diagnosis time.
-    Raises ValueError for a bad filter, StoreUnavailable when the database is down."""
+    Within the database deadline: Slack's `history` and App Home wait on it. Raises
+    ValueError for a bad filter, StoreUnavailable when the database is down or hangs."""
     if status is not None and status not in ("open", "resolved"):
         raise ValueError(f"--status {status!r}: expected open or resolved")
-    engine = open_store(settings)
     E, G = IncidentEvent, IncidentGroup
     stmt = select(
         E.id,
@@ -590,23 +590,23 @@ def history(
     if search and search.strip() and not found.terms:
         return []  # only punctuation: no token can match
     limit = max(1, min(limit, 10_000))
-    with connectivity(), engine.connect() as conn:
-        if found.terms and engine.dialect.name == "sqlite":
+
+    def ordered(conn: Connection) -> Select[Any]:
+        if found.terms and conn.dialect.name == "sqlite":
             # FTS5 walks its index newest rowid first and stops at the limit.
             fts = table(FTS_TABLE, column("rowid"))
-            stmt = (
-                stmt.join(fts, fts.c.rowid == E.id)
-                .where(fts5_match(found, conn))
-                .order_by(fts.c.rowid.desc())
-                .limit(limit)
-            )
-        elif found.terms:
+            return (stmt.join(fts, fts.c.rowid == E.id).where(fts5_match(found, conn))
+                    .order_by(fts.c.rowid.desc()).limit(limit))
+        if found.terms:
             ids = pg_search_ids(conn, where, found, limit, join=status is not None)
-            stmt = stmt.where(E.id.in_(ids)).order_by(E.id.desc())
-        else:
-            stmt = stmt.order_by(E.created_at.desc(), E.id.desc()).limit(limit)
-        rows = conn.execute(stmt).all()
-    return [_history_row(r) for r in rows]
+            return stmt.where(E.id.in_(ids)).order_by(E.id.desc())
+        return stmt.order_by(E.created_at.desc(), E.id.desc()).limit(limit)
+
+    def query(engine: Engine) -> list[HistoryRow]:
+        with connectivity(), engine.connect() as conn:
+            return [_history_row(r) for r in conn.execute(ordered(conn)).all()]
+
+    return _bounded(settings, query)
 
 
 def _history_row(r: Row[Any]) -> HistoryRow:
@@ -689,10 +689,14 @@ def _group_info(conn: Connection, gid: int) -> GroupInfo:
 
 def get_group(ref: int | str, *, settings: Settings | None = None) -> GroupInfo:
     """The group of incident `ref` (`12`) or group `ref` (`g3`), with why it was grouped.
-    Raises LookupError if there is no such incident or group."""
-    engine = open_store(settings)
-    with connectivity(), engine.connect() as conn:
-        return _group_info(conn, _group_id(conn, ref))
+    Raises LookupError if there is no such incident or group; within the database
+    deadline."""
+
+    def read(engine: Engine) -> GroupInfo:
+        with connectivity(), engine.connect() as conn:
+            return _group_info(conn, _group_id(conn, ref))
+
+    return _bounded(settings, read)
 
 
 def resolve(
@@ -706,12 +710,12 @@ def resolve(
 ) -> GroupInfo:
     """`inferbot resolve ID --fix FIX [--note ...]`: mark the incident's group resolved with the
     fix that worked (`link`: where it was recorded, a Slack permalink). The next occurrence
-    reopens it and reports "last fixed by" this fix."""
+    reopens it and reports "last fixed by" this fix. Within the database deadline: Slack's
+    `resolve` and "This fixed it" wait on it."""
     if not fix.strip():
         raise ValueError("--fix must say what fixed it")
-    engine = open_store(settings)
 
-    def attempt() -> GroupInfo:
+    def attempt(engine: Engine) -> GroupInfo:
         with write_engine(engine).begin() as conn:
             gid = _group_id(conn, ref)
             conn.execute(
@@ -728,8 +732,11 @@ def resolve(
             )
             return _group_info(conn, gid)
 
-    with connectivity():
-        return _retry_locked(attempt)
+    def write(engine: Engine) -> GroupInfo:
+        with connectivity():
+            return _retry_locked(lambda: attempt(engine))
+
+    return _bounded(settings, write)
 
 
 # Feedback kinds: "Not right?" notes, a pasted again in its thread, a fix that did not work.
