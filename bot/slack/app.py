@@ -51,7 +51,7 @@ from bot.logs import describe_exception
 from bot.slack import blocks
 from bot.slack.authz import Authorizer
 from bot.slack.dedup import Dedup
-from bot.slack.handlers import Handlers
+from bot.slack.handlers import BUSY, Handlers
 from bot.slack.http import Gate, HttpServer, never_raises
 from bot.slack.outbound import Outbound
 from bot.slack.parse import HOST_RE, parse
@@ -66,9 +66,6 @@ log = logging.getLogger("inferbot.slack")
 SLASH_COMMAND = "/inferbot"
 EVENTS_PATH = "/slack/events"
 RATE_LIMIT_RETRIES = 3
-# The answer when the work queue is full (settings.work_queue): quick, and says what to do.
-BUSY = ("I'm answering too many requests right now and could not take this one: "
-        "please mention me again in a minute.")
 _INCIDENT_VALUE = re.compile(r"^\d{1,18}$")
 # Message subtypes that carry something the user wrote (edits, joins and deletions do not).
 _USER_SUBTYPES = frozenset({None, "file_share", "thread_broadcast"})
@@ -120,9 +117,10 @@ class Pool:
             return False
         return True
 
-    def later(self, fn: Callable[..., None], *args: Any) -> None:
-        """A follow-up (a chart): skipped, and logged, when the queue is full."""
-        self.submit(fn, *args)
+    def later(self, fn: Callable[..., None], *args: Any) -> bool:
+        """A follow-up (a chart, a store lookup) off its channel's turn: refused, and logged,
+        when the queue is full (False)."""
+        return self.submit(fn, *args)
 
     def _chain(self, key: str, fn: Callable[..., None], args: tuple[Any, ...]) -> None:
         while True:
