@@ -5,13 +5,10 @@ the incident is spooled, and it is written once after the database returns."""
 from __future__ import annotations
 
 import json
-import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -19,6 +16,7 @@ import pytest
 from bot.config import Settings
 from tests.fixtures.postgres import Cluster
 from tests.fixtures.slack import make_settings, serving
+from tests.fixtures.sqlite import SqliteWriter, sqlite_locked
 from tests.slack.fakes import Call, FakeSlack
 from tests.slack.test_http import (
     THREAD,
@@ -73,35 +71,6 @@ def assert_answered_in_time(done: subprocess.CompletedProcess[str], took: float)
     assert done.stdout.splitlines()[0] == TITLE
     warning = done.stderr.strip().splitlines()
     assert len(warning) == 1 and "spooled" in warning[0] and "Traceback" not in done.stderr
-
-
-@dataclass
-class SqliteWriter:
-    """Another connection that takes the file's write lock and holds it until `release()`
-    (what a stuck writer or a backup does)."""
-
-    path: Path
-    conn: sqlite3.Connection | None = None
-
-    def hold(self) -> None:
-        self.conn = sqlite3.connect(self.path, isolation_level=None, timeout=1)
-        self.conn.execute("BEGIN EXCLUSIVE")
-
-    def release(self) -> None:
-        assert self.conn is not None
-        self.conn.rollback()
-        self.conn.close()
-        self.conn = None
-
-
-@contextmanager
-def sqlite_locked(path: Path) -> Iterator[None]:
-    writer = SqliteWriter(path)
-    writer.hold()
-    try:
-        yield
-    finally:
-        writer.release()
 
 
 # --------------------------------------------------------------------------- the CLI

@@ -280,7 +280,10 @@ def migrate(engine: Engine, revision: str = "head", *, downgrade: bool = False) 
     path = sqlite_path(engine.url)
     lock = _file_lock(path.with_name(path.name + ".migrate-lock")) if path else _nolock()
     run: Callable[[Any, str], None] = command.downgrade if downgrade else command.upgrade
-    with lock, engine.connect() as conn:
+    # SQLite: the write lock taken up front (BEGIN IMMEDIATE), so a migration behind another
+    # writer waits for it like any writer; reading the revision first and then writing would
+    # be refused at once ("database is locked").
+    with lock, write_engine(engine).connect() as conn:
         if conn.dialect.name == "postgresql":
             conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_MIGRATION_LOCK})
         rev = current_revision(conn)

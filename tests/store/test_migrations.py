@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,7 @@ from bot.config import Settings
 from bot.store import repository
 from bot.store.db import HEAD, alembic_config, current_revision, get_engine, migrate
 from bot.store.tables import Base, include_object
+from tests.fixtures.sqlite import SqliteWriter
 
 ROOT = Path(__file__).resolve().parents[2]
 TABLES = {"incident_groups", "incident_events", "feedback", "command_audit"}
@@ -74,6 +77,20 @@ def test_first_use_creates_the_schema(settings: Settings) -> None:
     assert repository.history(settings=settings) == []
     with get_engine(settings.database_url).connect() as conn:
         assert current_revision(conn) == HEAD
+
+
+def test_a_migration_waits_for_another_writer_s_lock(tmp_path: Path) -> None:
+    """SQLite: a migration queues behind a writer (the busy timeout), as every write does,
+    instead of failing with "database is locked" as soon as it tries to write."""
+    db = tmp_path / "store.db"
+    engine = get_engine(f"sqlite:///{db}")
+    migrate(engine, "0002")
+    writer = SqliteWriter(db)
+    writer.hold()
+    threading.Timer(1.0, writer.release).start()
+    start = time.monotonic()
+    assert migrate(engine, "head") == HEAD
+    assert time.monotonic() - start >= 0.9
 
 
 @pytest.mark.slow
