@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -104,3 +105,35 @@ def test_no_database_and_no_spool_says_not_stored_and_exits_1(tmp_path: Path) ->
     [line] = r.stderr.strip().splitlines()
     assert line.startswith("inferbot: error: incident not stored: database unavailable (")
     assert "the spool" in line and "cannot be written" in line
+
+
+def revision(db: Path) -> str:
+    with sqlite3.connect(db) as conn:
+        return str(conn.execute("SELECT version_num FROM alembic_version").fetchone()[0])
+
+
+@pytest.mark.slow
+def test_a_store_behind_is_left_to_db_upgrade_and_the_incident_kept(tmp_path: Path) -> None:
+    """A migration can take minutes; recording's deadline would cut it off, so diagnose does
+    not start one: it spools the incident and says what to run."""
+    from bot.store.db import HEAD, dispose_engines, get_engine, migrate
+
+    db = tmp_path / "incidents.db"
+    migrate(get_engine(f"sqlite:///{db}"), "0004")
+    dispose_engines()
+    r = run(tmp_path, "diagnose", str(EXAMPLE))
+    assert r.returncode == 0 and r.stdout.splitlines()[0] == TITLE
+    [warning] = r.stderr.splitlines()
+    assert warning.startswith(
+        f"inferbot: warning: incident not stored yet: store schema is behind (revision 0004, "
+        f"this inferbot needs {HEAD}): run `inferbot db upgrade`, which stores it (spooled to ")
+    assert revision(db) == "0004" and len(list((tmp_path / "spool").glob("*.json"))) == 1
+    hist = run(tmp_path, "history")
+    assert hist.returncode == 1 and hist.stderr.splitlines() == [
+        "inferbot: the incident database is unavailable: store schema is behind (revision "
+        f"0004, this inferbot needs {HEAD}): run `inferbot db upgrade`"]
+    up = run(tmp_path, "db", "upgrade")
+    assert up.returncode == 0 and up.stdout == f"database at revision {HEAD}\n"
+    assert not list((tmp_path / "spool").glob("*.json"))
+    rows = json.loads(run(tmp_path, "history", "--json").stdout)
+    assert [row["incident_id"] for row in rows] == [1]

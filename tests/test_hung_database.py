@@ -316,6 +316,49 @@ def test_every_slack_path_answers_while_the_sqlite_file_is_locked(
     assert "Traceback" not in caplog.text
 
 
+# --------------------------------------------------------------------------- migrating
+
+
+@pytest.mark.slack
+def test_serve_migrates_before_it_listens_and_a_long_migration_holds_no_answer(
+        fake: FakeSlack, tmp_path: Path) -> None:
+    """`serve` migrates a store behind its schema before it takes requests, where nothing
+    waits on it. One that takes longer than the deadline (here: another writer holds the
+    SQLite file) goes on in the background while mentions are answered and spooled."""
+    from bot.store.db import HEAD, dispose_engines, get_engine, migrate
+    from tests.fixtures.slack import serve_env, serve_process
+    from tests.test_cli_store import revision
+
+    db, spool, log = tmp_path / "db.sqlite", tmp_path / "spool", tmp_path / "serve.log"
+    migrate(get_engine(f"sqlite:///{db}"), "0002")
+    dispose_engines()
+    env = serve_env(fake, tmp_path, INFERBOT_SPOOL_DIR=str(spool), INFERBOT_DB_DEADLINE_S="1")
+    writer = SqliteWriter(db)
+    writer.hold()
+    try:
+        with serve_process(env, fake, stderr=log) as (endpoint, _):
+            assert "incident store not ready" in log.read_text()
+            sent = time.monotonic()
+            assert endpoint.event(mention(f"```{VLLM_ERROR}```", ts="1717174000.000100",
+                                          event_id="Ev0MIGRATE01"))[0] == 200
+            placeholder, answered, answer = _timed_answer(fake, "1717174000.000100", sent)
+            print(f"\nduring the migration: placeholder after {placeholder:.2f} s, answer "
+                  f"after {answered:.1f} s")
+            assert placeholder < 1 and answered < 10 and TITLE in all_text(answer.args)
+            assert "incident store is down" in all_text(answer.args)
+            writer.release()
+            assert wait_until(lambda: revision(db) == HEAD)  # no mention needed for it
+            assert endpoint.event(mention(f"```{VLLM_ERROR}```", ts="1717174100.000100",
+                                          event_id="Ev0MIGRATE02"))[0] == 200
+            _timed_answer(fake, "1717174100.000100", time.monotonic())
+            assert wait_until(lambda: events_in(f"sqlite:///{db}") == 2
+                              and not list(spool.glob("*.json")))
+    finally:
+        if writer.conn is not None:
+            writer.release()
+    assert "Traceback" not in log.read_text()
+
+
 # --------------------------------------------------------------------------- reply once
 
 

@@ -42,7 +42,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry import ConnectionErrorRetryHandler, RateLimitErrorRetryHandler
 from slack_sdk.web import SlackResponse
 
-from bot import metrics
+from bot import flows, metrics
 from bot.config import Settings
 from bot.errors import one_line
 from bot.flows import Asker
@@ -437,6 +437,17 @@ def socket_mode(app: App, settings: Settings) -> Any:
     return SocketModeHandler(app, app_token=settings.app_token.get_secret_value())
 
 
+def prepare(settings: Settings) -> None:
+    """What `serve` does before it takes requests: the store migrated if it is behind (the
+    answer path never migrates: under its deadline a migration would be cut off). A store
+    that is down, or still migrating past the deadline, is one warning: answers go on."""
+    try:
+        flows.prepare_store(settings)
+    except flows.StoreDown as exc:
+        log.warning("incident store not ready (%s): answers go on, incidents are spooled "
+                    "until it is", exc)
+
+
 def run(settings: Settings, *, http: bool, bind: str, port: int) -> None:
     """`inferbot serve`: Socket Mode (blocks on the WebSocket) or the HTTP endpoint. SIGTERM
     stops taking requests and finishes the answers in flight."""
@@ -444,6 +455,7 @@ def run(settings: Settings, *, http: bool, bind: str, port: int) -> None:
     bot = build(settings, http=http)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
+        prepare(settings)
         if http:
             server = http_server(bot, bind, port)
             log.info("listening on http://%s:%d%s", bind, server.server_port, EVENTS_PATH)

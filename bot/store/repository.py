@@ -2,8 +2,9 @@
 
 Every adapter (CLI, Slack, collector) goes through these functions, so grouping, spooling and
 idempotency behave the same whoever records. Each public function opens the database for the
-given Settings (created and migrated on first use), first writes any spooled entries, then does
-its work in one short transaction.
+given Settings (its schema created on first use; one behind this inferbot's is migrated by
+`upgrade` and `prepare` only, see `db.ensure_schema`), first writes any spooled entries, then
+does its work in one short transaction.
 
 Concurrency: the group row is written with one `INSERT ... ON CONFLICT (fingerprint) DO UPDATE
 ... RETURNING` (SQLite >= 3.35 and PostgreSQL alike), so two writers of the same incident
@@ -46,6 +47,7 @@ from bot.logs import describe_exception
 from bot.schema import CommandRun, Diagnosis, Source, to_data
 from bot.store import spool
 from bot.store.db import (
+    SchemaBehind,
     SchemaTooNew,
     StoreUnavailable,
     connectivity,
@@ -85,12 +87,13 @@ def _settings(settings: Settings | None) -> Settings:
 # --------------------------------------------------------------------------- opening
 
 
-def open_store(settings: Settings | None = None) -> Engine:
-    """The engine for `settings`, schema at HEAD, spool drained. Raises StoreUnavailable."""
+def open_store(settings: Settings | None = None, *, upgrade: bool = False) -> Engine:
+    """The engine for `settings`, schema at HEAD (a schema behind it migrated only with
+    `upgrade`), spool drained. Raises StoreUnavailable (SchemaBehind), SchemaTooNew."""
     s = _settings(settings)
     with connectivity():
         engine = get_engine(s.database_url)
-    ensure_schema(engine)
+    ensure_schema(engine, upgrade=upgrade)
     try:
         drain(engine, s)
     except StoreUnavailable as exc:
@@ -106,6 +109,15 @@ def _bounded(settings: Settings | None, fn: Callable[[Engine], T]) -> T:
     call is still stuck the next ones fail at once (bot.store.db.within). StoreUnavailable."""
     s = _settings(settings)
     return within(s.database_url, s.db_deadline_s, lambda: fn(open_store(s)))
+
+
+def prepare(settings: Settings | None = None) -> None:
+    """Before `inferbot serve` takes requests: the schema migrated if it is behind (nothing
+    waits on it yet) and the spool drained, within the database deadline. Past it the work
+    goes on on its own thread, and until it is done every store call fails at once (answers
+    go out, incidents are spooled). Raises StoreUnavailable, SchemaTooNew."""
+    s = _settings(settings)
+    within(s.database_url, s.db_deadline_s, lambda: open_store(s, upgrade=True))
 
 
 def upgrade(settings: Settings | None = None) -> str | None:
@@ -258,13 +270,13 @@ def record(
             raise StoreUnavailable(
                 f"database unavailable ({exc}) and the spool {s.spool_dir} cannot be written "
                 f"({one_line(err, typed=True)})") from None
-        return RecordResult(
-            spooled=True,
-            spool_path=str(path),
-            fingerprint=entry["group"]["fingerprint"],
-            warning=f"incident not stored yet: database unavailable ({exc}); "
-            f"spooled to {path}, it is written on the next successful connection",
-        )
+        if isinstance(exc, SchemaBehind):  # no connection writes it until the upgrade
+            warning = f"incident not stored yet: {exc}, which stores it (spooled to {path})"
+        else:
+            warning = (f"incident not stored yet: database unavailable ({exc}); spooled to "
+                       f"{path}, it is written on the next successful connection")
+        return RecordResult(spooled=True, spool_path=str(path),
+                            fingerprint=entry["group"]["fingerprint"], warning=warning)
 
 
 def _upsert_group(conn: Connection, group: dict[str, Any], seen: datetime) -> Row[Any]:
