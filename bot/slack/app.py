@@ -48,6 +48,7 @@ from bot.errors import one_line
 from bot.flows import Asker
 from bot.logs import configure as configure_logging
 from bot.logs import describe_exception
+from bot.logs import flush as flush_logs
 from bot.slack import blocks
 from bot.slack.authz import Authorizer
 from bot.slack.dedup import Dedup
@@ -198,9 +199,13 @@ class StartupError(RuntimeError):
 
 def quiet_library_logs() -> None:
     """slack_sdk and Bolt log request and response bodies (message content, pastes) at DEBUG:
-    their loggers are held at INFO whatever the root level is."""
+    their loggers are held at INFO whatever the root level is. waitress warns "Task queue
+    depth is N" for every request that finds its threads busy, which in a burst is every
+    request, from its one I/O thread and under the lock its request threads take work with:
+    held at ERROR, the burst's acks do not wait for that line."""
     for name in ("slack_sdk", "slack_bolt", "inferbot.slack.bolt"):
         logging.getLogger(name).setLevel(logging.INFO)
+    logging.getLogger("waitress.queue").setLevel(logging.ERROR)
 
 
 @dataclass
@@ -452,16 +457,19 @@ def run(settings: Settings, *, http: bool, bind: str, port: int) -> None:
     """`inferbot serve`: Socket Mode (blocks on the WebSocket) or the HTTP endpoint. SIGTERM
     stops taking requests and finishes the answers in flight."""
     configure_logging(settings)
-    bot = build(settings, http=http)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
-        prepare(settings)
-        if http:
-            server = http_server(bot, bind, port)
-            log.info("listening on http://%s:%d%s", bind, server.server_port, EVENTS_PATH)
-            server.serve_forever()
-        else:
-            log.info("connecting in Socket Mode")
-            socket_mode(bot.app, settings).start()
+        bot = build(settings, http=http)
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+        try:
+            prepare(settings)
+            if http:
+                server = http_server(bot, bind, port)
+                log.info("listening on http://%s:%d%s", bind, server.server_port, EVENTS_PATH)
+                server.serve_forever()
+            else:
+                log.info("connecting in Socket Mode")
+                socket_mode(bot.app, settings).start()
+        finally:
+            bot.close()
     finally:
-        bot.close()
+        flush_logs()  # what was logged is on stderr before the command's own last line
