@@ -66,8 +66,9 @@ class Settings(BaseSettings):
 
     # SQLite by default (no set-up); `postgresql://...` or `postgresql+psycopg://...` in production.
     database_url: str = Field(default_factory=_default_database_url)
-    # How long one database call on the answer path (recording an incident, the reply-once
-    # key, the health probe) may take; past it the incident is spooled and the answer goes on.
+    # How long one store call may take (recording an incident, the reply-once key, history,
+    # resolve, feedback, the health probe); past it the incident is spooled and the answer
+    # goes on, and a lookup fails with "the store is unavailable".
     db_deadline_s: float = Field(default=4.0, gt=0, le=60)
     # Events that could not be written (database down) wait here as JSON files until the next
     # successful connection writes them.

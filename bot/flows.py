@@ -460,6 +460,14 @@ def feedback(incident_id: int, asker: Asker, *, note: str, kind: str = "wrong_di
                                               kind=kind, settings=settings))
 
 
+def prepare_store(settings: Settings | None = None) -> None:
+    """A server about to take requests: its store migrated now if it is behind (past the
+    database deadline the migration goes on while incidents are spooled). StoreDown."""
+    from bot.store import prepare
+
+    _store_call(lambda: prepare(settings))
+
+
 def upgrade_store(settings: Settings | None = None) -> str | None:
     """Migrate the incident database to this inferbot's schema now; the revision. StoreDown."""
     from bot.store import upgrade

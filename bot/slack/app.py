@@ -42,16 +42,17 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry import ConnectionErrorRetryHandler, RateLimitErrorRetryHandler
 from slack_sdk.web import SlackResponse
 
-from bot import metrics
+from bot import flows, metrics
 from bot.config import Settings
 from bot.errors import one_line
 from bot.flows import Asker
 from bot.logs import configure as configure_logging
 from bot.logs import describe_exception
+from bot.logs import flush as flush_logs
 from bot.slack import blocks
 from bot.slack.authz import Authorizer
 from bot.slack.dedup import Dedup
-from bot.slack.handlers import Handlers
+from bot.slack.handlers import BUSY, Handlers
 from bot.slack.http import Gate, HttpServer, never_raises
 from bot.slack.outbound import Outbound
 from bot.slack.parse import HOST_RE, parse
@@ -66,9 +67,6 @@ log = logging.getLogger("inferbot.slack")
 SLASH_COMMAND = "/inferbot"
 EVENTS_PATH = "/slack/events"
 RATE_LIMIT_RETRIES = 3
-# The answer when the work queue is full (settings.work_queue): quick, and says what to do.
-BUSY = ("I'm answering too many requests right now and could not take this one: "
-        "please mention me again in a minute.")
 _INCIDENT_VALUE = re.compile(r"^\d{1,18}$")
 # Message subtypes that carry something the user wrote (edits, joins and deletions do not).
 _USER_SUBTYPES = frozenset({None, "file_share", "thread_broadcast"})
@@ -120,9 +118,10 @@ class Pool:
             return False
         return True
 
-    def later(self, fn: Callable[..., None], *args: Any) -> None:
-        """A follow-up (a chart): skipped, and logged, when the queue is full."""
-        self.submit(fn, *args)
+    def later(self, fn: Callable[..., None], *args: Any) -> bool:
+        """A follow-up (a chart, a store lookup) off its channel's turn: refused, and logged,
+        when the queue is full (False)."""
+        return self.submit(fn, *args)
 
     def _chain(self, key: str, fn: Callable[..., None], args: tuple[Any, ...]) -> None:
         while True:
@@ -200,9 +199,13 @@ class StartupError(RuntimeError):
 
 def quiet_library_logs() -> None:
     """slack_sdk and Bolt log request and response bodies (message content, pastes) at DEBUG:
-    their loggers are held at INFO whatever the root level is."""
+    their loggers are held at INFO whatever the root level is. waitress warns "Task queue
+    depth is N" for every request that finds its threads busy, which in a burst is every
+    request, from its one I/O thread and under the lock its request threads take work with:
+    held at ERROR, the burst's acks do not wait for that line."""
     for name in ("slack_sdk", "slack_bolt", "inferbot.slack.bolt"):
         logging.getLogger(name).setLevel(logging.INFO)
+    logging.getLogger("waitress.queue").setLevel(logging.ERROR)
 
 
 @dataclass
@@ -439,19 +442,34 @@ def socket_mode(app: App, settings: Settings) -> Any:
     return SocketModeHandler(app, app_token=settings.app_token.get_secret_value())
 
 
+def prepare(settings: Settings) -> None:
+    """What `serve` does before it takes requests: the store migrated if it is behind (the
+    answer path never migrates: under its deadline a migration would be cut off). A store
+    that is down, or still migrating past the deadline, is one warning: answers go on."""
+    try:
+        flows.prepare_store(settings)
+    except flows.StoreDown as exc:
+        log.warning("incident store not ready (%s): answers go on, incidents are spooled "
+                    "until it is", exc)
+
+
 def run(settings: Settings, *, http: bool, bind: str, port: int) -> None:
     """`inferbot serve`: Socket Mode (blocks on the WebSocket) or the HTTP endpoint. SIGTERM
     stops taking requests and finishes the answers in flight."""
     configure_logging(settings)
-    bot = build(settings, http=http)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
-        if http:
-            server = http_server(bot, bind, port)
-            log.info("listening on http://%s:%d%s", bind, server.server_port, EVENTS_PATH)
-            server.serve_forever()
-        else:
-            log.info("connecting in Socket Mode")
-            socket_mode(bot.app, settings).start()
+        bot = build(settings, http=http)
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+        try:
+            prepare(settings)
+            if http:
+                server = http_server(bot, bind, port)
+                log.info("listening on http://%s:%d%s", bind, server.server_port, EVENTS_PATH)
+                server.serve_forever()
+            else:
+                log.info("connecting in Socket Mode")
+                socket_mode(bot.app, settings).start()
+        finally:
+            bot.close()
     finally:
-        bot.close()
+        flush_logs()  # what was logged is on stderr before the command's own last line

@@ -8,10 +8,11 @@ replicas (`Dedup`), collection is for the people and channels the settings allow
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -42,19 +43,25 @@ FIX_VALUE = re.compile(r"^(\d{1,18}):([a-z0-9][a-z0-9_.:-]{0,99})$")
 DETAILS_VALUE = re.compile(r"^(\d{1,18}):(more|less)$")
 _INCIDENT_REF = re.compile(r"(?:#?\d{1,18}|g\d{1,18})")
 STORE_DOWN = "The incident store is unavailable right now; try again in a minute."
+# The answer when the work queue is full (settings.work_queue): quick, and says what to do.
+BUSY = ("I'm answering too many requests right now and could not take this one: "
+        "please mention me again in a minute.")
+# The verbs answered from the store, and what their placeholder says is being looked at.
+STORE_VERBS = {"history": "the history", "resolve": "the incident"}
 
 
 @dataclass
 class Handlers:
     """The handlers and what they share: the settings, the way out, who may collect, the
-    dedup, the KB, and `later` (work queued behind the answers waiting, such as charts)."""
+    dedup, the KB, and `later` (work queued behind the answers waiting, such as charts, off
+    the channel's turn; False when the queue is full)."""
 
     settings: Settings
     out: Outbound
     authz: Authorizer
     dedup: Dedup
     kb: Callable[[], KB]
-    later: Callable[..., None]
+    later: Callable[..., bool]
 
     # ----- messages (mentions, DMs)
 
@@ -68,6 +75,9 @@ class Handlers:
             log.info("duplicate delivery of %s/%s ignored", msg.channel, msg.ts)
             return
         req = parse(msg.text, bot_user_id, has_files=bool(msg.files))
+        if req.verb in STORE_VERBS:
+            self.from_store(msg, req, started)
+            return
         # A paste shows its placeholder before the database is asked anything (the reply-once
         # key included), so a slow or hung database never leaves the user without a sign.
         looking = (self.out.post(msg.channel, msg.thread, blocks.looking("the paste"))
@@ -88,6 +98,38 @@ class Handlers:
             if req.verb == "size":
                 self.later(self.size_chart, req.args, msg.channel, msg.thread)
         metrics.REPLY_SECONDS.observe(time.monotonic() - started, req.verb)
+
+    def from_store(self, msg: MessageEvent, req: Request, started: float) -> None:
+        """`history` and `resolve`: the placeholder takes the channel's turn; the reply-once
+        claim and the store's work follow it off the turn. A hung store costs them the
+        database deadline, which on the turn would hold the channel's next paste,
+        placeholder and all, behind a lookup that paste does not need."""
+        looking = self.out.post(msg.channel, msg.thread, blocks.looking(STORE_VERBS[req.verb]))
+        if not self.later(self.store_reply, msg, req, looking, started):
+            self.out.update(msg.channel, looking, msg.thread, blocks.message(BUSY))
+
+    def store_reply(self, msg: MessageEvent, req: Request, looking: str,
+                    started: float) -> None:
+        """The store's answer in place of its placeholder (once across replicas)."""
+        with self.replacing(msg.channel, looking, msg.thread):
+            if not self.dedup.claim(message_key(msg.channel, msg.ts)):
+                log.info("delivery of %s/%s answered by another replica", msg.channel, msg.ts)
+                self.out.delete(msg.channel, looking)
+                return
+            asker = Asker(origin="slack", user=msg.user or "", channel=msg.channel,
+                          thread=msg.thread)
+            self.out.update(msg.channel, looking, msg.thread, self.quick(req, asker))
+        metrics.REPLY_SECONDS.observe(time.monotonic() - started, req.verb)
+
+    @contextlib.contextmanager
+    def replacing(self, channel: str, looking: str, thread: str) -> Iterator[None]:
+        """Whatever fails inside, the "Looking…" placeholder does not stay standing."""
+        try:
+            yield
+        except Exception as exc:
+            self.out.update(channel, looking, thread, blocks.message(
+                f"Sorry, that failed ({type(exc).__name__}); the error is in the bot's log."))
+            raise
 
     def quick(self, req: Request, asker: Asker) -> Reply:
         """The verbs answered from the store, the KB or the calculators (no collection)."""
@@ -133,7 +175,7 @@ class Handlers:
         self.later(self.size_chart, args, channel, body.thread or "")
 
     def paste(self, msg: MessageEvent, req: Request, asker: Asker, looking: str) -> None:
-        try:
+        with self.replacing(msg.channel, looking, msg.thread):
             text, notes = self.gather(req.paste, msg.files)
             if not text.strip():
                 reply = blocks.message("\n".join(blocks.esc(n) for n in notes) + "\n"
@@ -148,10 +190,6 @@ class Handlers:
                     answer.incident_id, answer.pastes, first, answer.permalink))
                 return
             self.answer(answer, asker, looking, notes)
-        except Exception as exc:  # never leave "Looking…" standing
-            self.out.update(msg.channel, looking, msg.thread, blocks.message(
-                f"Sorry, that failed ({type(exc).__name__}); the error is in the bot's log."))
-            raise
 
     def gather(self, paste: str, files: list[dict[str, Any]]) -> tuple[str, list[str]]:
         """The text to diagnose: the paste and each snippet, each bounded."""
@@ -325,8 +363,7 @@ class Handlers:
         try:
             flows.resolve_with_fix(incident_id, fix_id, asker, settings=self.settings)
         except StoreDown:
-            self.out.ephemeral(channel, body.user.id, body.thread,
-                               "The incident store is unavailable; try again in a minute.")
+            self.out.ephemeral(channel, body.user.id, body.thread, STORE_DOWN)
             return
         except LookupError as exc:
             self.out.ephemeral(channel, body.user.id, body.thread, str(exc))
@@ -350,7 +387,10 @@ class Handlers:
         asker = Asker(origin="slack", user=body.user.id, channel=channel, thread=body.thread)
         try:
             shown = flows.shown_incident(incident_id, asker, settings=self.settings)
-        except (StoreDown, LookupError) as exc:
+        except StoreDown:
+            self.out.ephemeral(channel, body.user.id, body.thread, STORE_DOWN)
+            return
+        except LookupError as exc:
             self.out.ephemeral(channel, body.user.id, body.thread, one_line(exc))
             return
         d = shown.diagnosis

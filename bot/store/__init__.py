@@ -6,6 +6,7 @@ nothing and SQLAlchemy is imported only when a function that needs it is first u
 is touched.
 
     from bot.store import record, history, resolve, feedback, record_command, upgrade
+    from bot.store import prepare  # `inferbot serve`, before it listens
     from bot.store import claim_event_key, thread_incident, incident_origin  # Slack's lookups
     from bot.store import incident_view  # an answer shown again (Details, "This fixed it")
 """
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
     from bot.store.repository import (
         open_store as open_store,
     )
+    from bot.store.repository import prepare as prepare
     from bot.store.repository import (
         record as record,
     )
@@ -92,6 +94,7 @@ _EXPORTS = {
     "upgrade": "bot.store.repository",
     "drain": "bot.store.repository",
     "open_store": "bot.store.repository",
+    "prepare": "bot.store.repository",
     "StoreUnavailable": "bot.store.db",
     "database_problem": "bot.store.db",
     "claim_event_key": "bot.store.repository",

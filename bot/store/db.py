@@ -5,11 +5,13 @@
 - SQLite: WAL (readers never block the writer), a 30 s busy timeout, and `BEGIN IMMEDIATE` for
   write transactions, so concurrent processes queue for the write lock instead of failing with
   "database is locked" when a read transaction tries to upgrade.
-- Schema: created and migrated on first use (no set-up for `inferbot diagnose`). The fast path
-  reads alembic_version and compares it with HEAD without importing Alembic; only a database
-  behind HEAD pays for the import and the migration, under a lock (a file lock beside the SQLite
-  file, a transaction-scoped advisory lock on PostgreSQL) so two processes migrating at once
-  take turns and the second finds nothing to do.
+- Schema: created on first use (no set-up for `inferbot diagnose`), migrated by `inferbot db
+  upgrade` and by `inferbot serve` before it listens, never under the deadline of a call
+  someone waits on (`ensure_schema`). The fast path reads alembic_version and compares it with
+  HEAD without importing Alembic; only a database behind HEAD pays for the import and the
+  migration, under a lock (a file lock beside the SQLite file, a transaction-scoped advisory
+  lock on PostgreSQL) so two processes migrating at once take turns and the second finds
+  nothing to do.
 """
 
 from __future__ import annotations
@@ -51,6 +53,12 @@ class StoreUnavailable(RuntimeError):
 
 class SchemaTooNew(RuntimeError):
     """The database was migrated by a newer inferbot; this one does not know its schema."""
+
+
+class SchemaBehind(StoreUnavailable):
+    """The database's schema is older than this inferbot's, and this call may not migrate it
+    (see `ensure_schema`): an outage to every caller (the incident is spooled) whose line
+    says what ends it."""
 
 
 CONNECTIVITY_ERRORS: tuple[type[BaseException], ...] = (
@@ -225,8 +233,15 @@ def current_revision(conn: Connection) -> str | None:
     return conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
 
 
-def ensure_schema(engine: Engine) -> None:
-    """Create or migrate the schema to HEAD unless this process already knows it is there."""
+def ensure_schema(engine: Engine, *, upgrade: bool = False) -> None:
+    """The schema at HEAD, unless this process already knows it is there.
+
+    An empty database gets its schema here: creating tables where nothing is stored yet takes
+    a moment. A schema behind HEAD is migrated only with `upgrade` (`inferbot db upgrade`,
+    `inferbot serve` before it listens): a migration rewrites what is stored (0003: about a
+    minute per million events), so under the deadline of a call someone waits on it would be
+    cut off, and the thread left running it killed when the CLI exits. Without `upgrade` it
+    is SchemaBehind (SchemaTooNew for a newer schema) and nothing is changed."""
     key = engine.url.render_as_string(hide_password=False)
     if key in _ready:
         return
@@ -234,8 +249,19 @@ def ensure_schema(engine: Engine) -> None:
         with engine.connect() as conn:
             rev = current_revision(conn)
         if rev != HEAD:
+            if rev is not None and not upgrade:
+                # Revisions are zero-padded numbers, so the text order is their order.
+                if rev > HEAD:
+                    raise _too_new(rev)
+                raise SchemaBehind(f"store schema is behind (revision {rev}, this inferbot "
+                                   f"needs {HEAD}): run `inferbot db upgrade`")
             migrate(engine, "head")
     _ready.add(key)
+
+
+def _too_new(rev: str) -> SchemaTooNew:
+    return SchemaTooNew(f"the database schema is at revision {rev}, newer than this inferbot "
+                        f"knows ({HEAD}); upgrade inferbot")
 
 
 @contextlib.contextmanager
@@ -280,15 +306,15 @@ def migrate(engine: Engine, revision: str = "head", *, downgrade: bool = False) 
     path = sqlite_path(engine.url)
     lock = _file_lock(path.with_name(path.name + ".migrate-lock")) if path else _nolock()
     run: Callable[[Any, str], None] = command.downgrade if downgrade else command.upgrade
-    with lock, engine.connect() as conn:
+    # SQLite: the write lock taken up front (BEGIN IMMEDIATE), so a migration behind another
+    # writer waits for it like any writer; reading the revision first and then writing would
+    # be refused at once ("database is locked").
+    with lock, write_engine(engine).connect() as conn:
         if conn.dialect.name == "postgresql":
             conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_MIGRATION_LOCK})
         rev = current_revision(conn)
         if rev is not None and rev not in known:
-            raise SchemaTooNew(
-                f"the database schema is at revision {rev}, newer than this inferbot knows "
-                f"({HEAD}); upgrade inferbot"
-            )
+            raise _too_new(rev)
         cfg.attributes["connection"] = conn
         run(cfg, revision)
         conn.commit()

@@ -2,8 +2,9 @@
 
 Every adapter (CLI, Slack, collector) goes through these functions, so grouping, spooling and
 idempotency behave the same whoever records. Each public function opens the database for the
-given Settings (created and migrated on first use), first writes any spooled entries, then does
-its work in one short transaction.
+given Settings (its schema created on first use; one behind this inferbot's is migrated by
+`upgrade` and `prepare` only, see `db.ensure_schema`), first writes any spooled entries, then
+does its work in one short transaction.
 
 Concurrency: the group row is written with one `INSERT ... ON CONFLICT (fingerprint) DO UPDATE
 ... RETURNING` (SQLite >= 3.35 and PostgreSQL alike), so two writers of the same incident
@@ -46,6 +47,7 @@ from bot.logs import describe_exception
 from bot.schema import CommandRun, Diagnosis, Source, to_data
 from bot.store import spool
 from bot.store.db import (
+    SchemaBehind,
     SchemaTooNew,
     StoreUnavailable,
     connectivity,
@@ -85,12 +87,13 @@ def _settings(settings: Settings | None) -> Settings:
 # --------------------------------------------------------------------------- opening
 
 
-def open_store(settings: Settings | None = None) -> Engine:
-    """The engine for `settings`, schema at HEAD, spool drained. Raises StoreUnavailable."""
+def open_store(settings: Settings | None = None, *, upgrade: bool = False) -> Engine:
+    """The engine for `settings`, schema at HEAD (a schema behind it migrated only with
+    `upgrade`), spool drained. Raises StoreUnavailable (SchemaBehind), SchemaTooNew."""
     s = _settings(settings)
     with connectivity():
         engine = get_engine(s.database_url)
-    ensure_schema(engine)
+    ensure_schema(engine, upgrade=upgrade)
     try:
         drain(engine, s)
     except StoreUnavailable as exc:
@@ -106,6 +109,15 @@ def _bounded(settings: Settings | None, fn: Callable[[Engine], T]) -> T:
     call is still stuck the next ones fail at once (bot.store.db.within). StoreUnavailable."""
     s = _settings(settings)
     return within(s.database_url, s.db_deadline_s, lambda: fn(open_store(s)))
+
+
+def prepare(settings: Settings | None = None) -> None:
+    """Before `inferbot serve` takes requests: the schema migrated if it is behind (nothing
+    waits on it yet) and the spool drained, within the database deadline. Past it the work
+    goes on on its own thread, and until it is done every store call fails at once (answers
+    go out, incidents are spooled). Raises StoreUnavailable, SchemaTooNew."""
+    s = _settings(settings)
+    within(s.database_url, s.db_deadline_s, lambda: open_store(s, upgrade=True))
 
 
 def upgrade(settings: Settings | None = None) -> str | None:
@@ -258,13 +270,13 @@ def record(
             raise StoreUnavailable(
                 f"database unavailable ({exc}) and the spool {s.spool_dir} cannot be written "
                 f"({one_line(err, typed=True)})") from None
-        return RecordResult(
-            spooled=True,
-            spool_path=str(path),
-            fingerprint=entry["group"]["fingerprint"],
-            warning=f"incident not stored yet: database unavailable ({exc}); "
-            f"spooled to {path}, it is written on the next successful connection",
-        )
+        if isinstance(exc, SchemaBehind):  # no connection writes it until the upgrade
+            warning = f"incident not stored yet: {exc}, which stores it (spooled to {path})"
+        else:
+            warning = (f"incident not stored yet: database unavailable ({exc}); spooled to "
+                       f"{path}, it is written on the next successful connection")
+        return RecordResult(spooled=True, spool_path=str(path),
+                            fingerprint=entry["group"]["fingerprint"], warning=warning)
 
 
 def _upsert_group(conn: Connection, group: dict[str, Any], seen: datetime) -> Row[Any]:
@@ -531,10 +543,10 @@ def history(
     problem and cause names (every word must appear). `since`/`until` take '7d', '12h', '30m' or
     an ISO date. With `search`, "newest" is the order of recording (the text index's order,
     which keeps searches fast on millions of rows); otherwise it is the diagnosis time.
-    Raises ValueError for a bad filter, StoreUnavailable when the database is down."""
+    Within the database deadline: Slack's `history` and App Home wait on it. Raises
+    ValueError for a bad filter, StoreUnavailable when the database is down or hangs."""
     if status is not None and status not in ("open", "resolved"):
         raise ValueError(f"--status {status!r}: expected open or resolved")
-    engine = open_store(settings)
     E, G = IncidentEvent, IncidentGroup
     stmt = select(
         E.id,
@@ -590,23 +602,23 @@ def history(
     if search and search.strip() and not found.terms:
         return []  # only punctuation: no token can match
     limit = max(1, min(limit, 10_000))
-    with connectivity(), engine.connect() as conn:
-        if found.terms and engine.dialect.name == "sqlite":
+
+    def ordered(conn: Connection) -> Select[Any]:
+        if found.terms and conn.dialect.name == "sqlite":
             # FTS5 walks its index newest rowid first and stops at the limit.
             fts = table(FTS_TABLE, column("rowid"))
-            stmt = (
-                stmt.join(fts, fts.c.rowid == E.id)
-                .where(fts5_match(found, conn))
-                .order_by(fts.c.rowid.desc())
-                .limit(limit)
-            )
-        elif found.terms:
+            return (stmt.join(fts, fts.c.rowid == E.id).where(fts5_match(found, conn))
+                    .order_by(fts.c.rowid.desc()).limit(limit))
+        if found.terms:
             ids = pg_search_ids(conn, where, found, limit, join=status is not None)
-            stmt = stmt.where(E.id.in_(ids)).order_by(E.id.desc())
-        else:
-            stmt = stmt.order_by(E.created_at.desc(), E.id.desc()).limit(limit)
-        rows = conn.execute(stmt).all()
-    return [_history_row(r) for r in rows]
+            return stmt.where(E.id.in_(ids)).order_by(E.id.desc())
+        return stmt.order_by(E.created_at.desc(), E.id.desc()).limit(limit)
+
+    def query(engine: Engine) -> list[HistoryRow]:
+        with connectivity(), engine.connect() as conn:
+            return [_history_row(r) for r in conn.execute(ordered(conn)).all()]
+
+    return _bounded(settings, query)
 
 
 def _history_row(r: Row[Any]) -> HistoryRow:
@@ -689,10 +701,14 @@ def _group_info(conn: Connection, gid: int) -> GroupInfo:
 
 def get_group(ref: int | str, *, settings: Settings | None = None) -> GroupInfo:
     """The group of incident `ref` (`12`) or group `ref` (`g3`), with why it was grouped.
-    Raises LookupError if there is no such incident or group."""
-    engine = open_store(settings)
-    with connectivity(), engine.connect() as conn:
-        return _group_info(conn, _group_id(conn, ref))
+    Raises LookupError if there is no such incident or group; within the database
+    deadline."""
+
+    def read(engine: Engine) -> GroupInfo:
+        with connectivity(), engine.connect() as conn:
+            return _group_info(conn, _group_id(conn, ref))
+
+    return _bounded(settings, read)
 
 
 def resolve(
@@ -706,12 +722,12 @@ def resolve(
 ) -> GroupInfo:
     """`inferbot resolve ID --fix FIX [--note ...]`: mark the incident's group resolved with the
     fix that worked (`link`: where it was recorded, a Slack permalink). The next occurrence
-    reopens it and reports "last fixed by" this fix."""
+    reopens it and reports "last fixed by" this fix. Within the database deadline: Slack's
+    `resolve` and "This fixed it" wait on it."""
     if not fix.strip():
         raise ValueError("--fix must say what fixed it")
-    engine = open_store(settings)
 
-    def attempt() -> GroupInfo:
+    def attempt(engine: Engine) -> GroupInfo:
         with write_engine(engine).begin() as conn:
             gid = _group_id(conn, ref)
             conn.execute(
@@ -728,8 +744,11 @@ def resolve(
             )
             return _group_info(conn, gid)
 
-    with connectivity():
-        return _retry_locked(attempt)
+    def write(engine: Engine) -> GroupInfo:
+        with connectivity():
+            return _retry_locked(lambda: attempt(engine))
+
+    return _bounded(settings, write)
 
 
 # Feedback kinds: "Not right?" notes, a pasted again in its thread, a fix that did not work.

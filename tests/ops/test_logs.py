@@ -6,6 +6,8 @@ from __future__ import annotations
 import io
 import json
 import logging
+import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -13,23 +15,32 @@ import pytest
 from pydantic import BaseModel, ValidationError
 
 from bot.config import Settings
-from bot.logs import configure, describe_exception
+from bot.logs import configure, describe_exception, flush
 
 TOKEN = "xoxb-1234567890-abcdefghijkl"
 
 
+class Written(io.StringIO):
+    """The stream the log is written to; reading it first writes what is still queued."""
+
+    def getvalue(self) -> str:
+        flush()
+        return super().getvalue()
+
+
 @pytest.fixture
-def logged() -> Iterator[Callable[[Settings], io.StringIO]]:
+def logged() -> Iterator[Callable[..., io.StringIO]]:
     """configure(settings), writing into a buffer; the root logger is restored afterwards."""
     root = logging.getLogger()
     handlers, level = root.handlers[:], root.level
 
-    def start(settings: Settings) -> io.StringIO:
-        buffer = io.StringIO()
+    def start(settings: Settings, buffer: Written | None = None) -> io.StringIO:
+        buffer = buffer or Written()
         configure(settings).setStream(buffer)
         return buffer
 
     yield start
+    flush()
     root.handlers[:] = handlers
     root.setLevel(level)
 
@@ -79,6 +90,32 @@ def test_bolts_request_bodies_are_withheld(logged: Callable[[Settings], io.Strin
         f"providing a response for the request ({body})")
     out = stream.getvalue()
     assert "HF paste" not in out and "for the request (body not logged)" in out
+
+
+def test_a_thread_that_logs_does_not_wait_for_the_write(
+        logged: Callable[..., io.StringIO]) -> None:
+    """Under a burst the HTTP threads each log a line; a slow stderr (or one held by another
+    thread's write) must not hold them, and the line still comes, redacted, in order."""
+
+    class Stalled(Written):
+        def __init__(self) -> None:
+            super().__init__()
+            self.go = threading.Event()
+
+        def write(self, text: str) -> int:
+            self.go.wait(10)
+            return super().write(text)
+
+    stream = Stalled()
+    logged(Settings(log_format="json"), stream)
+    start = time.monotonic()
+    for i in range(3):
+        logging.getLogger("inferbot.slack.http").info("request Ev%d (%d bytes) %s", i, 10, TOKEN)
+    took = time.monotonic() - start
+    stream.go.set()
+    lines = [json.loads(line)["message"] for line in stream.getvalue().splitlines()]
+    assert took < 1, f"logging waited {took:.1f} s for the stream"
+    assert lines == [f"request Ev{i} (10 bytes) [REDACTED]" for i in range(3)]
 
 
 def test_a_validation_error_is_described_without_its_input() -> None:

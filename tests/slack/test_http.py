@@ -92,6 +92,19 @@ def final_answer(fake: FakeSlack, count: int = 1) -> dict[str, Any]:
     return fake.recorder.wait_for("chat.update", count, timeout=30)[count - 1].args
 
 
+def reply_in(fake: FakeSlack, thread_ts: str, timeout: float = 30) -> dict[str, Any]:
+    """What the bot's "Looking…" message in thread `thread_ts` was replaced with."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        posted = {c.response.get("ts") for c in fake.recorder.of("chat.postMessage")
+                  if c.args.get("thread_ts") == thread_ts}
+        for call in fake.recorder.of("chat.update"):
+            if call.args.get("ts") in posted:
+                return call.args
+        time.sleep(0.02)
+    raise AssertionError(f"no reply in thread {thread_ts}")
+
+
 # --------------------------------------------------------------------------- transport
 
 
@@ -225,8 +238,7 @@ def test_history_is_answered(endpoint: Endpoint, fake: FakeSlack) -> None:
     fake.recorder.wait_for("chat.getPermalink")  # stored right after the answer is shown
     fake.recorder.settle()
     endpoint.event(mention("history max-model-len-exceeds-kv-cache", ts="1717171900.000100"))
-    reply = fake.recorder.wait_for("chat.postMessage", 2)[1].args
-    text = all_text(reply)
+    text = all_text(reply_in(fake, "1717171900.000100"))
     assert "History" in text and "needs more KV cache than the GPU has left" in text
     assert f"open; seen 1x; in C0INCIDENT1 by {ALLOWED}; https://example.slack.com/archives/" \
         in text
@@ -367,6 +379,18 @@ def element(answer: list[dict[str, Any]], action_id: str) -> dict[str, Any]:
                 if e["action_id"] == action_id)
 
 
+def note_submission(fake: FakeSlack, note: str) -> dict[str, Any]:
+    """`note` sent in the "Not right?" modal the bot opened."""
+    view = fake.recorder.wait_for("views.open")[0].args["view"]
+    view = json.loads(view) if isinstance(view, str) else view
+    submission = copy.deepcopy(load("view_submission.json"))
+    submission["view"].update(callback_id=view["callback_id"],
+                              private_metadata=view["private_metadata"],
+                              state={"values": {"note": {"note_input": {
+                                  "type": "plain_text_input", "value": note}}}})
+    return submission
+
+
 @pytest.mark.slow
 def test_this_fixed_it_is_one_menu_and_edits_the_answer(endpoint: Endpoint,
                                                         fake: FakeSlack) -> None:
@@ -436,20 +460,13 @@ def test_not_right_opens_a_modal_stores_counts_and_shows_the_note(endpoint: Endp
     wrong = element(answer, "wrong_diagnosis")
     assert wrong["text"]["text"] == "Not right?"
     endpoint.interaction(click("wrong_diagnosis", wrong["value"]))
-    view = fake.recorder.wait_for("views.open")[0].args["view"]
-    view = json.loads(view) if isinstance(view, str) else view
-    submission = copy.deepcopy(load("view_submission.json"))
-    submission["view"].update(callback_id=view["callback_id"],
-                              private_metadata=view["private_metadata"],
-                              state={"values": {"note": {"note_input": {
-                                  "type": "plain_text_input", "value": "it was NCCL"}}}})
-    status, body, _ = endpoint.interaction(submission)
+    status, body, _ = endpoint.interaction(note_submission(fake, "it was NCCL"))
     assert status == 200 and body in (b"", b"{}")
     thanks = fake.recorder.wait_for("chat.postEphemeral")[0].args
     assert "recorded" in thanks["text"] and thanks["thread_ts"] == THREAD
     assert metrics.FEEDBACK.value("wrong_diagnosis") == before + 1
     endpoint.event(mention("history 1d", ts="1717172100.000100", event_id="Ev0HIST"))
-    shown = all_text(fake.recorder.wait_for("chat.postMessage", 2)[1].args)
+    shown = all_text(reply_in(fake, "1717172100.000100"))
     assert "1 note: not right" in shown
 
 
@@ -545,10 +562,10 @@ def test_resolve_in_the_thread_records_the_fix(endpoint: Endpoint, fake: FakeSla
     final_answer(fake)
     endpoint.event(mention("resolve --max-model-len 32768", ts="1717172000.000100",
                            thread_ts=THREAD, event_id="Ev0RESOLVE"))
-    done = all_text(fake.recorder.wait_for("chat.postMessage", 2)[1].args)
+    done = all_text(final_answer(fake, 2))
     assert "Marked fixed" in done and "--max-model-len 32768" in done
     endpoint.event(mention("history 1d", ts="1717172100.000100", event_id="Ev0HIST"))
-    history = all_text(fake.recorder.wait_for("chat.postMessage", 3)[2].args)
+    history = all_text(reply_in(fake, "1717172100.000100"))
     assert f"fixed with --max-model-len 32768 by {ALLOWED}" in history
 
 

@@ -234,7 +234,7 @@ def test_a_burst_of_500_signed_mentions_is_acked_in_time_and_answered_once_each(
 
 
 def test_a_full_work_queue_tells_the_user_to_retry(fake: FakeSlack, tmp_path: Path) -> None:
-    from bot.slack.app import BUSY
+    from bot.slack.handlers import BUSY
 
     settings = make_settings(fake, tmp_path, workers=1, work_queue=1)
     events = [mention(f"```{VLLM_ERROR}```", ts=f"1717190{i:03d}.000100",

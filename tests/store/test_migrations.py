@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -15,8 +17,18 @@ from sqlalchemy import inspect, text
 
 from bot.config import Settings
 from bot.store import repository
-from bot.store.db import HEAD, alembic_config, current_revision, get_engine, migrate
+from bot.store.db import (
+    HEAD,
+    StoreUnavailable,
+    alembic_config,
+    current_revision,
+    dispose_engines,
+    get_engine,
+    migrate,
+)
 from bot.store.tables import Base, include_object
+from tests.fixtures.sqlite import SqliteWriter
+from tests.store.conftest import make_diagnosis
 
 ROOT = Path(__file__).resolve().parents[2]
 TABLES = {"incident_groups", "incident_events", "feedback", "command_audit"}
@@ -74,6 +86,43 @@ def test_first_use_creates_the_schema(settings: Settings) -> None:
     assert repository.history(settings=settings) == []
     with get_engine(settings.database_url).connect() as conn:
         assert current_revision(conn) == HEAD
+
+
+def test_a_schema_behind_is_migrated_by_the_upgrade_not_where_an_answer_waits(
+        db_url: str, tmp_path: Path) -> None:
+    """Recording and lookups run under the database deadline, which would cut a migration
+    off: they leave an older schema as it is, the incident is spooled with the one line that
+    says what to run, and the upgrade migrates and stores it."""
+    migrate(get_engine(db_url), "0004")
+    dispose_engines()
+    settings = Settings(database_url=db_url, spool_dir=tmp_path / "spool")
+    recorded = repository.record(make_diagnosis(), source="cli", settings=settings)
+    assert recorded.spooled and recorded.warning == (
+        f"incident not stored yet: store schema is behind (revision 0004, this inferbot needs "
+        f"{HEAD}): run `inferbot db upgrade`, which stores it (spooled to "
+        f"{recorded.spool_path})")
+    with pytest.raises(StoreUnavailable, match=r"^store schema is behind \(revision 0004"):
+        repository.history(settings=settings)
+    with get_engine(db_url).connect() as conn:
+        assert current_revision(conn) == "0004"
+    assert repository.upgrade(settings) == HEAD
+    assert [r.problem_id for r in repository.history(settings=settings)] == [
+        "kv-cache-no-blocks"]
+    assert not list((tmp_path / "spool").glob("*.json"))
+
+
+def test_a_migration_waits_for_another_writer_s_lock(tmp_path: Path) -> None:
+    """SQLite: a migration queues behind a writer (the busy timeout), as every write does,
+    instead of failing with "database is locked" as soon as it tries to write."""
+    db = tmp_path / "store.db"
+    engine = get_engine(f"sqlite:///{db}")
+    migrate(engine, "0002")
+    writer = SqliteWriter(db)
+    writer.hold()
+    threading.Timer(1.0, writer.release).start()
+    start = time.monotonic()
+    assert migrate(engine, "head") == HEAD
+    assert time.monotonic() - start >= 0.9
 
 
 @pytest.mark.slow

@@ -141,7 +141,8 @@ def test_a_store_at_the_previous_revision_is_searchable_by_filter_after_upgrade(
                                          created_at=START + timedelta(days=i)))
     dispose_engines()
     settings = Settings(database_url=db_url, spool_dir=tmp_path / "spool")
-    rows = history(search="cache blocks", host="gpu-1", settings=settings)  # migrates first
+    upgrade(settings)
+    rows = history(search="cache blocks", host="gpu-1", settings=settings)
     assert [r.excerpt.rsplit(" ", 1)[-1] for r in rows] == ["2)", "0)"]
     window = history(search="cache", since=START + timedelta(days=1), settings=settings)
     assert [r.host for r in window] == ["gpu-1", "gpu-2"]
