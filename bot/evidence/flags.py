@@ -98,6 +98,13 @@ def _yaml_anchors() -> tuple[str, ...]:
     return tuple(dict.fromkeys(out))
 
 
+# What `--model` names in an evaluation harness's command (`lm_eval --model vllm
+# --model_args pretrained=...`): the backend, not a model.
+_BACKENDS = frozenset({"hf", "hf-auto", "hf-multimodal", "vllm", "vllm-vlm", "sglang",
+                       "openai", "openai-completions", "openai-chat-completions",
+                       "local-completions", "local-chat-completions"})
+
+
 def apply_setting(key: str, raw: Any, sink: FactSink, line_no: int) -> None:
     """Record setting `key` (any spelling) with value `raw` as written; unknown keys are ignored."""
     name = key.strip().lstrip("-").replace("_", "-").lower()
@@ -124,13 +131,6 @@ def apply_setting(key: str, raw: Any, sink: FactSink, line_no: int) -> None:
         sink.set(fact, text.removeprefix("torch.").lower(), line_no)
     else:
         sink.set(fact, convert(fact, text), line_no)
-
-
-# What `--model` names in an evaluation harness's command (`lm_eval --model vllm
-# --model_args pretrained=...`): the backend, not a model.
-_BACKENDS = frozenset({"hf", "hf-auto", "hf-multimodal", "vllm", "vllm-vlm", "sglang",
-                       "openai", "openai-completions", "openai-chat-completions",
-                       "local-completions", "local-chat-completions"})
 
 
 def _human_int(text: str) -> int | None:

@@ -553,7 +553,6 @@ class Budget:
             if fit is not None and fit >= target:
                 break
 
-
     def _tp_for_weights(self, out: SizingFigures, lay: KvLayout, w: float, limit: int) -> None:
         """With no KV budget to size against (no utilization or KV line shown), weights that
         fill one GPU: the smallest larger TP size whose share of the weights leaves a quarter
