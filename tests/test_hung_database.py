@@ -117,7 +117,8 @@ def test_cli_with_the_sqlite_file_locked(tmp_path: Path) -> None:
 
 def _timed_answer(fake: FakeSlack, ts: str, sent: float) -> tuple[float, float, Call]:
     """Seconds to the placeholder posted in thread `ts` after `sent`, and to the answer that
-    replaced it."""
+    replaced it. `sent` is taken before the event is delivered: under load the worker can post
+    the placeholder before the delivery's own HTTP response is read."""
     placeholder = answer = None
     deadline = time.monotonic() + 30
     while answer is None and time.monotonic() < deadline:
@@ -137,9 +138,10 @@ def _timed_answer(fake: FakeSlack, ts: str, sent: float) -> tuple[float, float, 
 def _hung_then_back(fake: FakeSlack, settings: Settings, hang: Callable[[], object],
                     back: Callable[[], object], count: Callable[[], int]) -> None:
     with serving(settings, fake) as endpoint:
+        sent = time.monotonic()
         assert endpoint.event(mention(f"```{VLLM_ERROR}```", ts="1717172000.000100",
                                       event_id="Ev0WARM00001"))[0] == 200
-        _timed_answer(fake, "1717172000.000100", time.monotonic())
+        _timed_answer(fake, "1717172000.000100", sent)
         hang()
         try:
             sent = time.monotonic()
@@ -153,9 +155,10 @@ def _hung_then_back(fake: FakeSlack, settings: Settings, hang: Callable[[], obje
         finally:
             back()
         # the next message after the database returns writes what was spooled
+        sent = time.monotonic()
         assert endpoint.event(mention(f"```{VLLM_ERROR}```", ts="1717172200.000100",
                                       event_id="Ev0BACK00001"))[0] == 200
-        _timed_answer(fake, "1717172200.000100", time.monotonic())
+        _timed_answer(fake, "1717172200.000100", sent)
         assert wait_until(lambda: count() == 3 and not list(settings.spool_dir.glob("*.json")))
 
 
@@ -348,9 +351,10 @@ def test_serve_migrates_before_it_listens_and_a_long_migration_holds_no_answer(
             assert "incident store is down" in all_text(answer.args)
             writer.release()
             assert wait_until(lambda: revision(db) == HEAD)  # no mention needed for it
+            sent = time.monotonic()
             assert endpoint.event(mention(f"```{VLLM_ERROR}```", ts="1717174100.000100",
                                           event_id="Ev0MIGRATE02"))[0] == 200
-            _timed_answer(fake, "1717174100.000100", time.monotonic())
+            _timed_answer(fake, "1717174100.000100", sent)
             assert wait_until(lambda: events_in(f"sqlite:///{db}") == 2
                               and not list(spool.glob("*.json")))
     finally:
@@ -377,8 +381,9 @@ def test_a_key_claimed_during_an_outage_is_recorded_for_the_other_replica(
         fake.recorder.wait_for("chat.postMessage")
         own_pg.stop()
         try:
+            sent = time.monotonic()
             assert a.event(event)[0] == 200
-            _timed_answer(fake, "1717173000.000100", time.monotonic())
+            _timed_answer(fake, "1717173000.000100", sent)
         finally:
             own_pg.start()
 
