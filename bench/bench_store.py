@@ -240,6 +240,8 @@ def events(
             "source": "slack" if i % 3 else "cli",
             "channel": "C0INCIDENTS",
             "thread": f"{int(created.timestamp())}.{i % 1000:06d}",
+            "permalink": (f"https://example.slack.com/archives/C0INCIDENTS/p{i:016d}"
+                          if i % 3 else None),
             "user_name": f"U{rng.randrange(40):04d}",
             "host": g.host,
             "model": g.model,
