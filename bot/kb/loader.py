@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import os
 import pickle
+import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ from bot.kb.schema import (
     KBMeta,
     Phase,
     PhaseSet,
+    Phrase,
     Problem,
     Signature,
     Untested,
@@ -189,6 +191,7 @@ def _load(roots: list[Path], digest: str) -> KB:
             for path in sorted(folder.glob("*.yaml")):
                 doc = load(path)
                 if kind == "problem":
+                    _put_phrases(doc, meta.phrases if meta else {})
                     place(kind, doc.validate(Problem), doc, problems)
                 else:
                     place(kind, doc.validate(Cause), doc, causes)
@@ -214,6 +217,41 @@ def _load(roots: list[Path], digest: str) -> KB:
             [str(r) for r in roots], phases=list(phases.values()), untested=untested)
     check_references(kb)
     return kb
+
+
+PHRASE = re.compile(r"<<([a-z][a-z0-9_]*)>>")
+
+
+def _put_phrases(doc: Doc, phrases: dict[str, Phrase]) -> None:
+    """Each `<<name>>` in a signature's pattern and with_any replaced by kb.yaml's phrase (as
+    a group), and an anchors entry `<<name>>` by the phrase's anchors; an unknown name is an
+    error at the signature's line."""
+    sigs = doc.value.get("signatures") if isinstance(doc.value, dict) else None
+    for i, sig in enumerate(sigs if isinstance(sigs, list) else []):
+        if not isinstance(sig, dict):
+            continue
+        for key in ("pattern", "with_any", "anchors"):
+            value = sig.get(key)
+            texts = value if isinstance(value, list) else [value]
+            if not any(isinstance(t, str) and PHRASE.search(t) for t in texts):
+                continue
+
+            def phrase(name: str, key: str = key, i: int = i) -> Phrase:
+                if name not in phrases:
+                    raise KBError(doc.path, doc.line_of(("signatures", i, key)),
+                                  f"signatures.{i}.{key}: unknown phrase <<{name}>> "
+                                  f"(kb.yaml phrases: {', '.join(sorted(phrases)) or 'none'})")
+                return phrases[name]
+
+            out: list[object] = []
+            for text in texts:
+                if not isinstance(text, str):
+                    out.append(text)
+                elif key == "anchors" and PHRASE.fullmatch(text):
+                    out += phrase(text[2:-2]).anchors
+                else:
+                    out.append(PHRASE.sub(lambda m: f"(?:{phrase(m.group(1)).pattern})", text))
+            sig[key] = out if isinstance(value, list) else out[0]
 
 
 def check_references(kb: KB) -> None:

@@ -449,10 +449,27 @@ class ChangelogEntry(KBModel):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Phrase(KBModel):
+    pattern: str
+    anchors: list[str]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class KBMeta(KBModel):
     version: str
     changelog: list[ChangelogEntry]
+    # Named regex fragments that several signatures share (the words people use for an OOM):
+    # a signature's pattern, with_any or anchors writes `<<name>>` and the loader puts the
+    # phrase's pattern (or its anchors) in, so a new way of saying it is added once for every
+    # problem that reads it.
+    phrases: dict[str, Phrase] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.changelog:
             raise ValueError("changelog: needs at least one entry")
+        for name, phrase in self.phrases.items():
+            if not SNAKE.fullmatch(name):
+                raise ValueError(f"phrases: {name!r} must be snake_case")
+            _linear_regex(f"phrases.{name}.pattern", phrase.pattern)
+            if not phrase.anchors:
+                raise ValueError(f"phrases: {name} needs anchors (literals every match holds)")

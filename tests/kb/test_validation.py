@@ -288,3 +288,31 @@ def test_every_signature_is_exercised_both_ways_or_listed(tmp_path: Path) -> Non
         """))
     errors = [e.message for e in coverage_errors(kb_of(root), 1, 1)]
     assert errors == ["near_miss: demo-sig-2 is exercised now; remove it from the list"]
+
+
+PHRASES = KB_YAML + """\
+phrases:
+  cache_full:
+    pattern: 'No available memory for the (?:cache|KV) blocks'
+    anchors: ["No available memory"]
+"""
+
+
+def test_a_phrase_is_put_into_every_pattern_and_anchor_list_that_names_it(
+        tmp_path: Path) -> None:
+    root = make_kb(tmp_path, problem=PROBLEM.replace(
+        "'No available memory for the cache blocks'",
+        "'<<cache_full>>|cache is full'\n    anchors: [\"<<cache_full>>\", \"cache is full\"]"),
+        extra={"kb.yaml": PHRASES})
+    sig = kb_of(root).problems["demo-problem"].signatures[0]
+    assert sig.pattern == "(?:No available memory for the (?:cache|KV) blocks)|cache is full"
+    assert sig.anchors == ["No available memory", "cache is full"]
+
+
+def test_an_unknown_phrase_names_the_signature_line(tmp_path: Path) -> None:
+    root = make_kb(tmp_path, problem=PROBLEM.replace(
+        "'No available memory for the cache blocks'", "'<<cache_ful>>'"),
+        extra={"kb.yaml": PHRASES})
+    err = load_error(root)
+    assert err.line == 8
+    assert "unknown phrase <<cache_ful>> (kb.yaml phrases: cache_full)" in err.message
