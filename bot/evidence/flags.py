@@ -126,7 +126,9 @@ def apply_setting(key: str, raw: Any, sink: FactSink, line_no: int) -> None:
         sink.set(fact, _human_int(text), line_no)
     elif fact == "model":
         if text.lower() not in _BACKENDS:
-            sink.set(fact, text.rstrip("/") or None, line_no)
+            # a sentence's full stop or comma after the name is not part of it: model ids
+            # hold dots ("Qwen2.5-7B") but never end in one
+            sink.set(fact, text.rstrip("/").rstrip(".,;:!?") or None, line_no)
     elif fact in ("dtype", "kv_cache_dtype", "quantization"):
         sink.set(fact, text.removeprefix("torch.").lower(), line_no)
     else:

@@ -65,6 +65,16 @@ _SHOWN = Probe(LazyPattern("|".join(re.escape(m) for m in EXCEPTION_MARKS)),
                lambda m: _WRAPPER.search(m.string) is None, last=0)
 
 
+def _starts_word(text: str, start: int) -> bool:
+    """A phrase found at `start` begins a word (an identifier's part after `_` included):
+    "a call" is not said in "cuda call failed", "cudagraph" is in "profile_cudagraph_memory".
+    The end is left open: "a request" is said in "a requests' burst" too."""
+    if start == 0 or not text[start].isascii() or not text[start].isalnum():
+        return True
+    before = text[start - 1]
+    return not (before.isascii() and before.isalnum())
+
+
 @dataclass(frozen=True)
 class CompiledSignature:
     owner: str  # the problem or cause id
@@ -290,6 +300,7 @@ class Matcher:
                 anchor = comp.folded_anchors[idx]
                 candidates.update(comp.by_folded[anchor])
                 if (anchor in comp.phases.said
+                        and _starts_word(lowered, start)
                         and _DENIED.search(lowered, max(0, start - 48), start) is None
                         and _DENIED_AFTER.match(lowered, start + len(anchor)) is None
                         and (said is None

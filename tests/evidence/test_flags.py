@@ -14,6 +14,10 @@ CASES: list[tuple[str, dict[str, Any]]] = [
      {"model": "Qwen/Qwen3-8B", "max_model_len": 8192, "gpu_memory_utilization": 0.95,
       "tensor_parallel_size": 2, "kv_cache_dtype": "fp8", "enforce_eager": True,
       "max_num_seqs": 64, "block_size": 32, "engine": "vllm"}),
+    # cortecs/Llama-3.3-70B-Instruct-FP8-Dynamic discussion 1: a command ending a sentence
+    ("With a single H100 vllm runs out of GPU memory when trying to use this with simply vllm "
+     "serve cortecs/Llama-3.3-70B-Instruct-FP8-Dynamic.",
+     {"model": "cortecs/Llama-3.3-70B-Instruct-FP8-Dynamic", "engine": "vllm"}),
     ("vllm serve m --max-model-len=4096 --max_num_batched_tokens=2048 --no-enable-chunked-prefill "
      "--cpu-offload-gb 10 --swap-space 8 --kv-cache-memory 8G -pp 2 -dp 4 --dtype bfloat16",
      {"max_model_len": 4096, "max_num_batched_tokens": 2048, "enable_chunked_prefill": False,

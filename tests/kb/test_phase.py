@@ -146,6 +146,35 @@ def test_a_phase_the_sentence_denies_or_gives_as_an_example_places_nothing(kb: K
     assert d.top is not None and (d.top.id, d.top.phase) == ("oom-loading-weights", "loading")
 
 
+def test_a_phrase_inside_another_word_places_nothing(kb: KB) -> None:
+    """Qwen2-57B-A14B-Instruct discussion 3: 'a call' (serving) is not said in 'cuda call
+    failed'; the OOM on running the server's command stays a start-up one."""
+    text = ("python -m vllm.entrypoints.openai.api_server --model Qwen/Qwen2-57B-A14B-Instruct\n"
+            "报错:cuda out of memory\n"
+            "cuda call failed lazily at initialization with error: device >=0 && device < "
+            "num_gpus INTERNAL ASSERT FAILED\n")
+    d = run(kb, text)
+    assert d.top is not None and d.top.phase != "serving"
+
+
+@pytest.mark.parametrize(("text", "problem", "phase"), [
+    # trl#2776: the optimizer step of a GRPO run
+    ('  File "/envs/torch/lib/python3.10/site-packages/torch/optim/adamw.py", line 220, in '
+     "step\n    adamw(\n" + OOM + "\n", "oom-under-load", "serving"),
+    # MOSS-TTSD#71: the error body a request got back
+    ('{"error":{"message":"CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total '
+     'capacity of 23.53 GiB of which 20.38 MiB is free."}}\n', "oom-under-load", "serving"),
+    # TinyZero#64: runs a few minutes, then OOMs
+    ("With model Qwen2.5-3B, export N_GPUS=4, GPU runs a few min, then GPU oom\n",
+     "oom-under-load", "serving"),
+])
+def test_a_training_step_or_a_request_s_error_body_is_under_load(kb: KB, text: str,
+                                                                 problem: str,
+                                                                 phase: str) -> None:
+    d = run(kb, text)
+    assert d.top is not None and (d.top.id, d.top.phase) == (problem, phase)
+
+
 def test_frames_and_milestones_outrank_the_users_words(kb: KB) -> None:
     text = "It crashes under load after a while:\n" + frames("load_model", "load_weights") + OOM
     d = run(kb, text)
