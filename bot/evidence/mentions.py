@@ -50,6 +50,9 @@ _CN_NUMBERS = {"一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5, "六"
 # Each GPU's memory said with the card: "80g显卡", "24G显存", "a 24GB GPU", "16GB VRAM"
 _MEMORY_SAID = lazy(r"(?<![\dA-Za-z.])(?P<gib>\d{1,3}) ?(?:GB|G|g|gb|GiB) ?(?:的)? ?"
                     r"(?:显卡|显存|卡|(?:VRAM|vram|GPUs?|cards?)(?![A-Za-z]))")
+# ... or after it, as Chinese often puts it: "每张卡显存22G", "显存为24GB"
+_MEMORY_SAID_AFTER = lazy(r"(?:显存|显卡内存)(?:为|是|有|:|：)? ?(?P<gib>\d{1,3}) ?"
+                          r"(?:GB|G|g|gb|GiB)(?![A-Za-z\d])")
 # "utilization is set to be 0.6", "gpu_memory_utilization to 0.7", "mem-fraction-static 0.85"
 # (vLLM's own hints print four decimals, "equivalent to --gpu-memory-utilization=0.8800": a
 # value to try, not the setting; people write 0.9 or 0.95)
@@ -105,7 +108,8 @@ class MentionsExtractor:
         if sink.get("gpu_count") is None and (c := _CN_COUNT.search(text)):
             said = c.group("count")
             sink.set_default("gpu_count", _CN_NUMBERS.get(said) or int(said), line.no)
-        if self._memory_said is None and (g := _MEMORY_SAID.search(text)) and (
+        if self._memory_said is None and (
+                g := _MEMORY_SAID.search(text) or _MEMORY_SAID_AFTER.search(text)) and (
                 8 <= int(g.group("gib")) <= 192):
             self._memory_said = (float(g.group("gib")), line.no)
         if (sink.get("gpu_memory_utilization") is None and sink.get("mem_fraction_static") is None

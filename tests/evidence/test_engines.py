@@ -136,6 +136,8 @@ def test_prose_mentions(text: str, gpu: str | None, count: int | None, model: st
     ("我们输入三张1920*1080的图像时，出现了这个错误", None, None),  # three images
     ("48GB显存load internlm-chat-20b-pytorch-20b 失败", None, 48.0),
     ("I have two 24G cards and a 24GB GPU", None, 24.0),
+    # Qwen2-57B-A14B-Instruct discussion 3: the memory after the word for it
+    ("我的设备是6张显卡,每张卡显存22G,可是执行下面语句的时候报错:", 6, 22.0),
     # a metrics line's percentage and a size in a path are not a card's memory
     ("GPU KV cache usage: 41.3%, 2048 tokens", None, None),
     ("/data/models/qwen-7b-chat-int4-4G/", None, None),
