@@ -29,16 +29,12 @@ def timed_queries(out: str) -> list[str]:
     return [line for line in out.splitlines() if line.strip().startswith("history ")]
 
 
-def test_bench_store_on_sqlite(tmp_path: Path) -> None:
-    out = bench("sqlite", tmp_path)
-    assert "bulk write: 600 events" in out
-    assert len(timed_queries(out)) == QUERIES
-
-
-@pytest.mark.postgres
-def test_bench_store_on_postgresql(pg_available: str | None, tmp_path: Path) -> None:
-    if pg_available:
+@pytest.mark.parametrize("engine", ["sqlite", pytest.param("postgresql",
+                                                         marks=pytest.mark.postgres)])
+def test_bench_store_runs_on_each_engine(engine: str, pg_available: str | None,
+                                         tmp_path: Path) -> None:
+    if engine == "postgresql" and pg_available:
         pytest.skip(pg_available)
-    out = bench("postgresql", tmp_path)
+    out = bench(engine, tmp_path)
     assert "bulk write: 600 events" in out
     assert len(timed_queries(out)) == QUERIES

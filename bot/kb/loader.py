@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import os
 import pickle
-import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -35,6 +34,7 @@ from bot.kb.schema import (
     Untested,
     template_fields,
 )
+from bot.lazyre import lazy
 
 if TYPE_CHECKING:
     from bot.kb.yamlio import Doc
@@ -219,7 +219,7 @@ def _load(roots: list[Path], digest: str) -> KB:
     return kb
 
 
-PHRASE = re.compile(r"<<([a-z][a-z0-9_]*)>>")
+PHRASE = lazy(r"<<([a-z][a-z0-9_]*)>>")  # only a cache miss reads YAML
 
 
 def _put_phrases(doc: Doc, phrases: dict[str, Phrase]) -> None:
@@ -233,24 +233,22 @@ def _put_phrases(doc: Doc, phrases: dict[str, Phrase]) -> None:
         for key in ("pattern", "with_any", "anchors"):
             value = sig.get(key)
             texts = value if isinstance(value, list) else [value]
-            if not any(isinstance(t, str) and PHRASE.search(t) for t in texts):
+            names = {n for t in texts if isinstance(t, str) for n in PHRASE.findall(t)}
+            if not names:
                 continue
-
-            def phrase(name: str, key: str = key, i: int = i) -> Phrase:
-                if name not in phrases:
-                    raise KBError(doc.path, doc.line_of(("signatures", i, key)),
-                                  f"signatures.{i}.{key}: unknown phrase <<{name}>> "
-                                  f"(kb.yaml phrases: {', '.join(sorted(phrases)) or 'none'})")
-                return phrases[name]
-
+            unknown = sorted(names - phrases.keys())
+            if unknown:
+                raise KBError(doc.path, doc.line_of(("signatures", i, key)),
+                              f"signatures.{i}.{key}: unknown phrase <<{unknown[0]}>> "
+                              f"(kb.yaml phrases: {', '.join(sorted(phrases)) or 'none'})")
             out: list[object] = []
             for text in texts:
                 if not isinstance(text, str):
                     out.append(text)
                 elif key == "anchors" and PHRASE.fullmatch(text):
-                    out += phrase(text[2:-2]).anchors
+                    out += phrases[text[2:-2]].anchors
                 else:
-                    out.append(PHRASE.sub(lambda m: f"(?:{phrase(m.group(1)).pattern})", text))
+                    out.append(PHRASE.sub(lambda m: f"(?:{phrases[m.group(1)].pattern})", text))
             sig[key] = out if isinstance(value, list) else out[0]
 
 
