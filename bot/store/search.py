@@ -34,7 +34,7 @@ from datetime import UTC, date, datetime, timedelta
 from sqlalchemy import ColumnElement, TextClause, func, select, text
 from sqlalchemy.engine import Connection
 
-from bot.store.tables import FTS_TABLE, IncidentEvent, IncidentGroup
+from bot.store.tables import FTS_TABLE, Base, IncidentEvent, IncidentGroup
 
 # PostgreSQL search (pg_search_ids): the newest rows walked first, to see how common the
 # matches are; and what one candidate of the GIN bitmap costs (a heap visit out of order) in
@@ -234,10 +234,19 @@ def compact(conn: Connection) -> None:
     """Keep the text index quick to query as it grows: SQLite's FTS5 index is a stack of
     segments (every write adds one, merged only now and then), and a search walks each; an
     optimize merges them into one (about 30 s per million events). Both engines refresh the
-    planner's statistics, which PostgreSQL's search reads (see `_lexeme_shares`)."""
+    planner's statistics, which PostgreSQL's search reads (see `_lexeme_shares`).
+
+    On SQLite only the store's own tables are analyzed, never FTS5's shadow tables: a row
+    count for `..._fts_data` taken while it was small (a fresh store's `inferbot db upgrade`)
+    steers FTS5's own lookups into scans, and every insert then costs time in proportion to
+    the index (writes fell from thousands per second to tens). Statistics an older version
+    left on them are dropped, and the planner reloads what remains."""
     if conn.dialect.name == "sqlite":
         conn.execute(text(f"INSERT INTO {FTS_TABLE}({FTS_TABLE}) VALUES ('optimize')"))
-        conn.execute(text("ANALYZE"))
+        for table in Base.metadata.tables:
+            conn.execute(text(f'ANALYZE "{table}"'))
+        conn.execute(text(f"DELETE FROM sqlite_stat1 WHERE tbl LIKE '{FTS_TABLE}%'"))
+        conn.execute(text("ANALYZE sqlite_schema"))
     else:
         conn.execute(text("ANALYZE incident_events"))
         _SHARES.clear()

@@ -5,6 +5,7 @@ and a store migrated in place finds what it held before."""
 from __future__ import annotations
 
 import random
+import sqlite3
 import time
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
@@ -188,3 +189,50 @@ def test_db_upgrade_compacts_the_text_index(settings: Settings) -> None:
     assert done, (before_count, after_count)
     assert [r.incident_id for r in history(search="event", host="gpu-1",
                                            settings=settings)] == before
+
+
+def test_writes_stay_as_cheap_as_the_store_grows_after_db_upgrade_on_a_fresh_store(
+        tmp_path: Path) -> None:
+    """`inferbot db upgrade` right after install analyzes a store with nothing in it. The
+    statistics it leaves must not make every later write walk the whole text index: a
+    transaction of 2,000 inserts costs about the same number of SQLite VM steps (FTS5's own
+    statements included) on a store of one event as on one of 12,000."""
+    db = tmp_path / "s.db"
+    settings = Settings(database_url=f"sqlite:///{db}", spool_dir=tmp_path / "spool")
+    upgrade(settings)
+    _seed(settings, n=1)
+    dispose_engines()
+    columns = ", ".join(c.name for c in IncidentEvent.__table__.columns
+                        if c.name not in ("id", "event_uid", "excerpt", "host", "created_at"))
+    # each copy with words of its own (pids, sizes), on its own host and day, as real events
+    # are: the index grows
+    copy = (f"INSERT INTO incident_events (event_uid, excerpt, host, created_at, {columns}) "
+            "SELECT lower(hex(randomblob(16))), excerpt || ' pid ' || abs(random() % 100000) "
+            "|| ' size ' || abs(random() % 1000), 'gpu-' || abs(random() % 500), "
+            "datetime(created_at, '-' || abs(random() % 365) || ' days'), "
+            f"{columns} FROM incident_events ORDER BY id LIMIT ?")
+    conn = sqlite3.connect(db, isolation_level=None)
+    steps = [0]
+
+    def count() -> int:
+        steps[0] += 1
+        return 0
+
+    def steps_for_2000_inserts() -> int:
+        steps[0] = 0
+        conn.set_progress_handler(count, 100)
+        conn.execute("BEGIN")
+        for _ in range(2000):
+            conn.execute(copy, (1,))
+        conn.execute("COMMIT")
+        conn.set_progress_handler(None, 0)
+        return steps[0]
+
+    try:
+        small = steps_for_2000_inserts()
+        while conn.execute("SELECT count(*) FROM incident_events").fetchone()[0] < 12_000:
+            conn.execute(copy, (2000,))
+        large = steps_for_2000_inserts()
+    finally:
+        conn.close()
+    assert large < 3 * small, (small, large)
