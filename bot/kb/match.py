@@ -54,10 +54,11 @@ _WRAPPER = LazyPattern(r"Engine core initialization failed|See root cause above|
 # a line showing an exception of its own: the first such line is what the matcher reads
 # A phase phrase the sentence denies: "even before any inference requests are sent" says the
 # failure was not while serving requests; "(e.g., CUDA Graphs)" in torch's own OOM text names
-# an example, not where it failed. The words just before the phrase are read.
+# an example, not where it failed, and its "might be asynchronously reported at some other API
+# call" names none. The words just before the phrase are read.
 _DENIED = LazyPattern(
     r"(?:\b(?:before|without|no|not|never|prior to)\b(?:\W{1,3}\w{1,20}){0,3}|"
-    r"\be\.g\.|\bsuch as)\W{0,3}$")
+    r"\be\.g\.|\bsuch as|\bat some other)\W{0,3}$")
 # ... or the words just after it: "`Profiling CUDA graph memory` is never reached"
 _DENIED_AFTER = LazyPattern(
     r"[\w`'\" ]{0,30}?\b(?:is|was|gets?|got)? ?(?:never|not) (?:reached|hit|run|started)\b")

@@ -146,6 +146,29 @@ def test_a_phase_the_sentence_denies_or_gives_as_an_example_places_nothing(kb: K
     assert d.top is not None and (d.top.id, d.top.phase) == ("oom-loading-weights", "loading")
 
 
+def test_torchs_asynchronous_report_hint_names_no_phase(kb: KB) -> None:
+    """vllm#2348: 'might be asynchronously reported at some other API call' is torch's advice
+    under every CUDA error, not a user saying the OOM came with an API call (serving)."""
+    text = ("RuntimeError: CUDA error: out of memory\n"
+            "CUDA kernel errors might be asynchronously reported at some other API call, so the "
+            "stacktrace below might be incorrect.\n")
+    d = run(kb, text)
+    assert d.top is not None and d.top.id == "oom-during-startup-profiling"
+    assert d.top.phase != "serving"
+
+
+def test_an_oom_said_after_the_weights_loaded_is_a_start_up_one(kb: KB) -> None:
+    """sglang#1439: 'OOM issues, after all safetensors checkpoints have been loaded' places
+    the failure after loading, though another sentence talks of what inference needs."""
+    text = ("Theoretically, speaking, this is plenty of VRAM for 405B, FP8, given that I only "
+            "need 405GB VRAM total +/- 50GB during inference. However, I keep running into OOM "
+            "issues, after all safetensors checkpoints have been loaded, which does not seem to "
+            "make much sense to me.\n")
+    d = run(kb, text)
+    assert d.top is not None and (d.top.id, d.top.phase) == (
+        "oom-during-startup-profiling", "profiling")
+
+
 def test_a_phrase_inside_another_word_places_nothing(kb: KB) -> None:
     """Qwen2-57B-A14B-Instruct discussion 3: 'a call' (serving) is not said in 'cuda call
     failed'; the OOM on running the server's command stays a start-up one."""
