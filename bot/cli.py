@@ -81,35 +81,30 @@ def _asker() -> Asker:
 
 
 def cmd_diagnose(args: argparse.Namespace) -> int:
-    from bot.flows import diagnose_and_record
+    from bot.flows import Stored, diagnose_and_record
     from bot.render.text import render
 
     kb = _load_kb()
     stream, _name = _open_input(args.file)
-
-    style = _style()
-
-    def show(d: Diagnosis) -> None:  # the answer first: storing never delays it
-        sys.stdout.write(render(d, full=args.full, style=style) + "\n")
-        sys.stdout.flush()
-
     try:
-        # Tools reading the JSON want the incident id, so JSON is stored first; a database
-        # outage only costs the id (the event is spooled), never the answer.
+        # Stored first, so the history line comes second in the answer and the JSON has the
+        # incident id: the store's delay is bounded by the database deadline, and an outage
+        # costs the history (the incident is spooled), never the answer.
         answer = diagnose_and_record(stream, _asker(), kb, host=args.host,
-                                     store=not args.no_store,
-                                     before_store=None if args.json else show)
+                                     store=not args.no_store)
     finally:
         if stream is not sys.stdin.buffer:
             stream.close()
+    rec = answer.record
+    history = rec.history if isinstance(rec, Stored) else None
     if args.json:
-        from bot.flows import Stored
         from bot.render.jsonout import diagnosis_json
 
-        rec = answer.record
-        history = rec.history if isinstance(rec, Stored) else None
         sys.stdout.write(diagnosis_json(answer.diagnosis, history) + "\n")
-    kept = _report(answer.record, history_line=not args.json)
+    else:
+        sys.stdout.write(render(answer.diagnosis, history, full=args.full, style=_style())
+                         + "\n")
+    kept = _report(rec)
     sys.stdout.flush()
     if args.chart:
         _write_chart(answer.diagnosis, args.chart)
@@ -128,15 +123,13 @@ def _style() -> Style:
     return Style(color=color, width=shutil.get_terminal_size((100, 24)).columns - 1)
 
 
-def _report(rec: Recorded | None, *, history_line: bool) -> bool:
-    """What became of the record: the "seen N times ..." line, one warning on stderr, or one
-    error when the incident was not kept anywhere (the diagnosis has been given either way);
-    False for the last."""
-    from bot.flows import NotStored, Spooled, Stored
+def _report(rec: Recorded | None) -> bool:
+    """What became of the record when it was not stored: one warning on stderr (spooled), or
+    one error when the incident was not kept anywhere (the diagnosis has been given either
+    way); False for the last."""
+    from bot.flows import NotStored, Spooled
 
-    if isinstance(rec, Stored) and history_line:
-        sys.stdout.write(rec.line + "\n")
-    elif isinstance(rec, Spooled):
+    if isinstance(rec, Spooled):
         sys.stderr.write(f"inferbot: warning: {rec.warning}\n")
     elif isinstance(rec, NotStored):
         sys.stderr.write(f"inferbot: error: incident not stored: {rec.reason}\n")
@@ -369,13 +362,14 @@ def cmd_check(args: argparse.Namespace) -> int:
             continue
         for line in snap.unread:
             sys.stdout.write(f"   could not read: {line}\n")
-        sys.stdout.write(render(d, full=args.full, style=style) + "\n" if d is not None else "")
-        lost |= not _report(rec, history_line=True)
+        sys.stdout.write(render(d, history, full=args.full, style=style) + "\n"
+                         if d is not None else "")
+        lost |= not _report(rec)
         sys.stdout.write("\n")
     if args.json:
         sys.stdout.write(json.dumps({"hosts": report}, indent=2, ensure_ascii=False) + "\n")
         for a in answers:
-            lost |= not _report(a.answer.record if a.answer else None, history_line=False)
+            lost |= not _report(a.answer.record if a.answer else None)
     sys.stdout.flush()
     # Every host not collected is one line on stderr too, as every command says its errors.
     for a in answers:

@@ -70,13 +70,6 @@ class Stored:
     group_id: int
     history: History
 
-    @property
-    def line(self) -> str:
-        """The terminal's history line: "incident 14: seen 4 times in 7 days on gpu-07; ..."."""
-        from bot.render.present import history_line
-
-        return f"incident {self.incident_id}: {history_line(self.history).plain}"
-
 
 @dataclass(frozen=True, slots=True)
 class Spooled:
@@ -152,14 +145,9 @@ def _diagnose(paste: str | BinaryIO, asker: Asker, kb: KB, host: str | None) -> 
 
 def diagnose_and_record(paste: str | BinaryIO, asker: Asker, kb: KB, *,
                         host: str | None = None, store: bool = True,
-                        settings: Settings | None = None,
-                        before_store: Callable[[Diagnosis], None] | None = None) -> Answer:
-    """Diagnose a paste (text, or a stream read in bounded chunks), then record it.
-    `before_store` sees the diagnosis before the store is touched: an adapter that can show
-    the answer first does so there, and the store never delays it."""
+                        settings: Settings | None = None) -> Answer:
+    """Diagnose a paste (text, or a stream read in bounded chunks), then record it."""
     d = _diagnose(paste, asker, kb, host)
-    if before_store is not None:
-        before_store(d)
     return Answer(d, record(d, asker, settings=settings) if store else None)
 
 

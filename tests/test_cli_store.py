@@ -30,12 +30,13 @@ def test_repeat_incident_is_counted_and_the_fix_remembered(tmp_path: Path) -> No
     first = run(tmp_path, "diagnose", str(EXAMPLE), "--host", "gpu-07")
     assert first.returncode == 0
     lines = first.stdout.strip().splitlines()
-    assert lines[0] == TITLE  # answer first
-    assert lines[-1] == "incident 1: first time seen"
+    assert lines[0] == TITLE  # what broke first, then the history, then the command
+    assert lines.index("  incident 1: first time seen") == lines.index("Run:") - 1
     assert run(tmp_path, "resolve", "1", "--fix", "--max-model-len 81664").returncode == 0
     again = run(tmp_path, "diagnose", str(EXAMPLE), "--host", "gpu-07")
-    assert "incident 2: seen 2 times in 1 day on gpu-07; last fixed just now by @" in again.stdout
-    assert "with --max-model-len 81664" in again.stdout
+    said = " ".join(ln.strip() for ln in again.stdout.splitlines())  # as wrapped
+    assert "incident 2: seen 2 times in 1 day on gpu-07; last fixed just now by @" in said
+    assert "with --max-model-len 81664" in said
     other_host = run(tmp_path, "diagnose", str(EXAMPLE), "--host", "gpu-08")
     assert "incident 3: first time seen" in other_host.stdout
     hist = json.loads(run(tmp_path, "history", "--host", "gpu-07", "--json").stdout)

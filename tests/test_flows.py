@@ -21,6 +21,7 @@ from bot.flows import (
     resolve,
 )
 from bot.kb.loader import KB, load_kb
+from bot.render.text import render
 
 ROOT = Path(__file__).resolve().parent.parent
 PASTE = (ROOT / "examples" / "vllm-max-model-len.log").read_text()
@@ -37,15 +38,17 @@ def kb() -> KB:
 def test_a_stored_diagnosis_carries_its_incident_and_the_history_line(
         kb: KB, tmp_path: Path) -> None:
     settings = Settings(database_url=f"sqlite:///{tmp_path / 'db'}", spool_dir=tmp_path / "sp")
-    seen: list[int | None] = []
-    first = diagnose_and_record(PASTE, ALICE, kb, host="gpu-07", settings=settings,
-                                before_store=lambda d: seen.append(d.incident_id))
+    first = diagnose_and_record(PASTE, ALICE, kb, host="gpu-07", settings=settings)
     again = diagnose_and_record(PASTE, ALICE, kb, host="gpu-07", settings=settings)
-    assert seen == [None]  # shown before the store was touched
     assert isinstance(first.record, Stored) and isinstance(again.record, Stored)
     assert first.diagnosis.incident_id == first.record.incident_id == 1
-    assert first.record.line == "incident 1: first time seen"
-    assert again.record.line == "incident 2: seen 2 times in 1 day on gpu-07; never marked fixed"
+    # the terminal's answer: the history line right after the headline, naming the incident
+    for answer, said in ((first, "incident 1: first time seen"),
+                         (again, "incident 2: seen 2 times in 1 day on gpu-07; never marked "
+                                 "fixed")):
+        assert isinstance(answer.record, Stored)
+        lines = render(answer.diagnosis, answer.record.history).splitlines()
+        assert lines.index("  " + said) == lines.index("Run:") - 1
     rows = history(HistoryQuery(host="gpu-07"), settings)
     assert [(r.incident_id, r.source, r.user) for r in rows] == [(2, "cli", "alice"),
                                                                  (1, "cli", "alice")]

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from bot.render.present import History, Line, Presentation, present
 from bot.schema import Diagnosis
 
-FIRST_LINES = 11  # and the history line after it: 12 in all
+FIRST_LINES = 12  # the first screen, history line included
 DEFAULT_WIDTH = 100
 
 
@@ -77,5 +77,12 @@ def render_presentation(p: Presentation, *, full: bool = False, style: Style = P
 
 def render(d: Diagnosis, history: History | None = None, *, full: bool = False,
            style: Style = PLAIN) -> str:
-    """The diagnosis as the terminal shows it (`full`: every section)."""
-    return render_presentation(present(d, history, host=d.host), full=full, style=style)
+    """The diagnosis as the terminal shows it (`full`: every section). The history line names
+    the incident, as `inferbot resolve ID` and `history` take it."""
+    p = present(d, history, host=d.host)
+    if history is not None:
+        for s in p.sections:
+            if s.key == "history":
+                s.lines = [Line((f"incident {history.incident_id}: ", *line.parts))
+                           for line in s.lines]
+    return render_presentation(p, full=full, style=style)
