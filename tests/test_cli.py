@@ -254,6 +254,15 @@ def test_every_problem_s_first_example_fits_twelve_lines_with_its_history(
         assert pid not in "\n".join(lines)  # the problem's id is internal
 
 
+def test_the_answer_is_wrapped_to_the_width_columns_says(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "61"}
+    r = subprocess.run([sys.executable, "-m", "bot.cli", "diagnose", "--no-store",
+                        str(ROOT / "examples" / "vllm-max-model-len.log")],
+                       capture_output=True, text=True, env=env, timeout=120, check=True)
+    lines = r.stdout.splitlines()
+    assert len(lines) > 8 and max(len(ln) for ln in lines) <= 60, lines
+
+
 def test_colour_on_a_terminal_only() -> None:
     from bot.kb.loader import load_kb
     from bot.render.text import Style, render

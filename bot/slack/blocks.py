@@ -264,10 +264,12 @@ def _details(p: Presentation, budget: int, used: int) -> list[Block]:
 def _answer_actions(p: Presentation, incident_id: int | None, host: str | None,
                     expanded: bool, fixed: Fixed | None) -> list[Block]:
     out: list[Block] = []
+    if fixed is not None:  # the incident is over: the answer says who fixed it, and the
+        return out         # whole answer stays in the file posted with it
     if incident_id is not None:
         out.append(button("Less" if expanded else "Details", ACTION_DETAILS,
                           f"{incident_id}:{'less' if expanded else 'more'}"))
-        if p.choices and fixed is None:
+        if p.choices:
             out.append({
                 "type": "static_select", "action_id": ACTION_FIXED,
                 "placeholder": {"type": "plain_text", "text": "This fixed it"},
@@ -275,9 +277,9 @@ def _answer_actions(p: Presentation, incident_id: int | None, host: str | None,
                                       "text": clip(f"{i}. {c.label}", BUTTON_TEXT_MAX)},
                              "value": f"{incident_id}:{c.fix_id}"}
                             for i, c in enumerate(p.choices, 1)]})
-    if host and fixed is None:
+    if host:
         out.append(button(f"Collect from {host}", ACTION_COLLECT, host))
-    if incident_id is not None and fixed is None:
+    if incident_id is not None:
         out.append(button("Not right?", ACTION_WRONG, str(incident_id)))
     return out
 

@@ -414,7 +414,9 @@ def test_this_fixed_it_is_one_menu_and_edits_the_answer(endpoint: Endpoint,
     assert edited["ts"] == posted["ts"]  # the answer itself, not a new message
     text = all_text(edited)
     assert f"Fixed* by <@{ALLOWED}> with ```--max-model-len 32768```" in text
-    assert "fix_worked" not in text and "wrong_diagnosis" not in text  # the buttons went
+    # the buttons went, Details with them (the whole answer is the file posted with it)
+    assert "fix_worked" not in text and "wrong_diagnosis" not in text
+    assert not any(b["type"] == "actions" for b in blocks_of(edited))
     assert len(fake.posts()) == 1
     endpoint.event(mention(f"```{VLLM_ERROR}```", ts="1717172500.000100",
                            event_id="Ev0AGAIN"))
