@@ -120,6 +120,12 @@ def test_a_non_memory_error_in_a_start_up_phase_is_not_memory(kb: KB, text: str)
     ("It OOMs when the rollout worker is woken up at the beginning of the second step",
      "oom-under-load", "serving"),
     ("It always fails while loading the model on our A10", "oom-loading-weights", "loading"),
+    # tilcodes.fly.dev: a server that ran for hours, then OOMed "under normal load"
+    ("The OOM happened suddenly, under normal load. No spike in traffic",
+     "oom-under-load", "serving"),
+    # ai-muninn.com: "failing with an OOM error during model load"
+    ("Every restart had about a 50% chance of failing with an OOM error during model load",
+     "oom-loading-weights", "loading"),
     # a description runs in time order: the last phase named is where it failed
     ("It served traffic for weeks; since the upgrade it fails at startup",
      "oom-during-startup-profiling", "startup"),
