@@ -59,9 +59,11 @@ _WRAPPER = LazyPattern(r"Engine core initialization failed|See root cause above|
 _DENIED = LazyPattern(
     r"(?:\b(?:before|without|no|not|never|prior to)\b(?:\W{1,3}\w{1,20}){0,3}|"
     r"\be\.g\.|\bsuch as|\bat some other)\W{0,3}$")
-# ... or the words just after it: "`Profiling CUDA graph memory` is never reached"
+# ... or the words just after it: "`Profiling CUDA graph memory` is never reached", or a phase
+# that went well ("启动正常", "started fine": the failure came later)
 _DENIED_AFTER = LazyPattern(
-    r"[\w`'\" ]{0,30}?\b(?:is|was|gets?|got)? ?(?:never|not) (?:reached|hit|run|started)\b")
+    r"[\w`'\" ]{0,30}?\b(?:is|was|gets?|got)? ?(?:never|not) (?:reached|hit|run|started)\b|"
+    r"\s?(?:正常|成功|没问题|没有问题|fine\b|normally\b|successfully\b)")
 _SHOWN = Probe(LazyPattern("|".join(re.escape(m) for m in EXCEPTION_MARKS)),
                lambda m: _WRAPPER.search(m.string) is None, last=0)
 

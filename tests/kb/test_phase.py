@@ -123,6 +123,10 @@ def test_a_non_memory_error_in_a_start_up_phase_is_not_memory(kb: KB, text: str)
     # tilcodes.fly.dev: a server that ran for hours, then OOMed "under normal load"
     ("The OOM happened suddenly, under normal load. No spike in traffic",
      "oom-under-load", "serving"),
+    # Qwen3-VL#1738: "vLLM started fine and served; after long use memory grew until OOM" -
+    # a start that went well does not place the OOM at start-up
+    ("vllm启动正常，并且可以调用服务。但是访问时间长了之后发现显存逐渐增加直到最后OOM",
+     "oom-under-load", "serving"),
     # ai-muninn.com: "failing with an OOM error during model load"
     ("Every restart had about a 50% chance of failing with an OOM error during model load",
      "oom-loading-weights", "loading"),

@@ -20,9 +20,10 @@ from bot.kb.loader import KB, load_kb
 from bot.schema import Evidence
 
 PREFIX = "(EngineCore_DP0 pid=65064) ERROR 11-30 10:00:01 [core.py:700] "
-# Printed by something other than the server's logger: the shell, a table (nvidia-smi), a
-# person's Markdown heading.
-NOT_LOGGED = re.compile(r"(?:Killed|Aborted|Segmentation fault|Bus error)\b|[|+]|#{1,6} ")
+# Printed by something other than the server's logger: the shell (its word on a killed process,
+# a command's continued lines), a table (nvidia-smi), a person's Markdown heading.
+NOT_LOGGED = re.compile(r"(?:Killed|Aborted|Segmentation fault|Bus error)\b|[|+]|#{1,6} |"
+                        r"\s{0,8}--[a-z][\w-]*|.*\s\\$")
 FIGURES = ("max_model_len", "kv_cache_needed_gib", "kv_cache_available_gib",
            "estimated_max_model_len", "gpu_total_gib", "free_memory_gib",
            "oom_tried_to_allocate_gib", "weights_gib", "gpu_blocks", "kv_cache_tokens",
