@@ -37,7 +37,8 @@ MAX_EVIDENCE = 5
 MAX_DEFERRED = 200  # lines waiting for their phase until the end of the input
 # What an exception or a killed process prints: a paste holding one shows how a traceback
 # ended, so a `cut` signature (a frame whose error line is missing) does not guess it.
-EXCEPTION_MARKS = ("Error:", "Exception:", "error:", "Error(", "Killed", "Segmentation fault")
+EXCEPTION_MARKS = ("Error:", "Exception:", "error:", "Error(", "Error [CUDA]:", "Killed",
+                   "Segmentation fault")
 # What a server failing prints, whatever the failure: beside it a performance finding (a
 # fallback kernel's warning, a speed complaint) is not the problem.
 FAILURE_MARKS = (*EXCEPTION_MARKS, "Traceback (most recent call last)", "failed to start",

@@ -74,3 +74,28 @@ def test_a_hang_beside_nccl_lines_is_an_nccl_failure(compiled: CompiledKB) -> No
 
 def test_a_hang_alone_names_no_problem(compiled: CompiledKB) -> None:
     assert match_problems(compiled, HANG) == []
+
+
+
+def test_a_profile_run_traceback_ending_in_a_triton_kernel_fault_is_not_a_memory_problem(
+        ) -> None:
+    """vllm#5692 (a comment's log, its lines run together): the profile run raised Triton's
+    'Error [CUDA]: an illegal memory access'. A traceback through the profile run that shows
+    its error is that error, not an OOM whose message was cut."""
+    from bot.diagnose import diagnose
+    from bot.schema import Evidence
+
+    text = ('test2:58772:59441 [1] NCCL INFO comm 0x183404d0 rank 1 nranks 2 cudaDev 1 nvmlDev 3 '
+            'busId b0 commId 0xe478ef85b5692b1b - Init COMPLETE test2:56697:59440 [0] NCCL INFO c'
+            'omm 0x187b96f0 rank 0 nranks 2 cudaDev 0 nvmlDev 2 busId a0 commId 0xe478ef85b5692b1'
+            'b - Init COMPLETE (VllmWorkerProcess pid=58772) ERROR 06-20 13:41:48 multiproc_worke'
+            'r_utils.py:226] Exception in worker VllmWorkerProcess while processing method determ'
+            'ine_num_available_blocks: Triton Error [CUDA]: an illegal memory access was encounte'
+            'red, Traceback (most recent call last): (VllmWorkerProcess pid=58772) ERROR 06-20 13'
+            ':41:48 multiproc_worker_utils.py:226] File "/root/miniconda3/envs/llm_server3/lib/py'
+            'thon3.10/site-packages/vllm/executor/multiproc_worker_utils.py", line 223, in _run_w'
+            'orker_process')
+    d = diagnose(Evidence(text=text), load_kb())
+    assert not {p.id for p in d.problems} & {
+        "oom-during-startup-profiling", "oom-loading-weights", "oom-under-load"}
+    assert "cuda-kernel-fault" in [c.id for c in d.causes]
