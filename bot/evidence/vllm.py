@@ -76,6 +76,14 @@ _RULES = Rules(
     rule("desired utilization",
          rf"< desired utilization \({num('gpu_memory_utilization')}, "
          rf"{num('requested_memory_gib')}{_GIB}\)"),
+    # ... and as another build words it: "Available memory on device cuda:0 (28.49/124.0 GiB) is
+    # below required GPU memory utilization (0.95, 117.8 GiB)"
+    rule("Available memory on device",
+         rf"Available memory on device(?: [\w:]{{1,16}})? \({num('free_memory_gib')}/"
+         rf"{num('gpu_total_gib')}{_GIB}\) is below required"),
+    rule("below required GPU memory utilization",
+         rf"below required GPU memory utilization \({num('gpu_memory_utilization')}, "
+         rf"{num('requested_memory_gib')}{_GIB}\)"),
     rule("esired GPU memory utilization",
          rf"[Dd]esired GPU memory utilization (?:is )?\({num('gpu_memory_utilization')}, "
          rf"{num('requested_memory_gib')}{_GIB}\)"),

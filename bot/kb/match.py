@@ -349,7 +349,11 @@ class Matcher:
 
     def _match(self, offered: list[CompiledSignature], line: Line, phase: str | None) -> None:
         matched = [cs for cs in offered if self._applies(cs, line.text, line.no, phase)]
-        if any(not (cs.sig.fallback or cs.of_cause) for cs in matched):
+        # a person's words about speed explain no failure: "it OOMs with vLLM; without it
+        # training works, but slowly" still says OOM
+        problems = self.compiled.kb.problems
+        if any(not (cs.sig.fallback or cs.of_cause)
+               and (cs.sig.kind != "prose" or problems[cs.owner].failure) for cs in matched):
             self._explained.add(line.no)
         if line.no in self._explained:
             matched = [cs for cs in matched if not cs.sig.fallback]
@@ -495,6 +499,13 @@ class Matcher:
             # nor any performance finding, when the paste shows the server failing (a
             # traceback, an exception, "failed to start") even without a known error line
             ranked = [(pid, h) for pid, h in ranked if kb.problems[pid].failure]
+        prose = KIND_RANK["prose"]
+        if any(kb.problems[pid].failure and kb.problems[pid].memory_problem
+               and h.best_kind == prose for pid, h in ranked):
+            # of a person's words, running out of memory before words about speed ("it OOMs
+            # with vLLM; without it training works, but slowly")
+            ranked.sort(key=lambda kv: kv[1].best_kind == prose
+                        and not kb.problems[kv[0]].failure)
         out = []
         for pid, hits in ranked:
             problem = self.compiled.kb.problems[pid]

@@ -99,3 +99,13 @@ def test_a_profile_run_traceback_ending_in_a_triton_kernel_fault_is_not_a_memory
     assert not {p.id for p in d.problems} & {
         "oom-during-startup-profiling", "oom-loading-weights", "oom-under-load"}
     assert "cuda-kernel-fault" in [c.id for c in d.causes]
+
+
+def test_words_about_speed_do_not_hide_an_oom_said_in_the_same_sentence(
+        compiled: CompiledKB) -> None:
+    """ms-swift#4594: 'GPU memory blows up with vLLM; without vLLM training works, but slowly'.
+    The OOM is the problem; the slowness is the alternative's."""
+    text = "8*A100执行GRPO完整流程，使用vllm爆显存，不使用vllm可以正常训练但缓慢\n"
+    found = match_problems(compiled, text)
+    assert found and found[0] in ("oom-under-load", "oom-during-startup-profiling")
+
