@@ -65,9 +65,11 @@ _RULES = Rules(
     rule("CUDA graph pool memory",
          rf"CUDA graph pool memory: {num('cuda_graph_gib')}{_GIB} \(actual\)"),
     # start-up check (error) and the 2026 INFO breakdown
-    rule("Free memory on device",
-         rf"Free memory on device(?: [\w:]{{1,16}})? \({num('free_memory_gib')}/"
-         rf"{num('gpu_total_gib')}{_GIB}\) on startup"),
+    # (another build: "Available memory on device cuda:0 (28.49/124.0 GiB) is below required
+    # GPU memory utilization (0.95, 117.8 GiB)")
+    rule("memory on device",
+         rf"(?:Free|Available) memory on device(?: [\w:]{{1,16}})? \({num('free_memory_gib')}/"
+         rf"{num('gpu_total_gib')}{_GIB}\) (?:on startup|is below required)"),
     # the start-up check as later builds word it: "Free memory on cuda:0 (38.74/121.63 GiB)
     # < desired utilization (0.35, 42.57 GiB)"
     rule("desired utilization",
@@ -76,11 +78,6 @@ _RULES = Rules(
     rule("desired utilization",
          rf"< desired utilization \({num('gpu_memory_utilization')}, "
          rf"{num('requested_memory_gib')}{_GIB}\)"),
-    # ... and as another build words it: "Available memory on device cuda:0 (28.49/124.0 GiB) is
-    # below required GPU memory utilization (0.95, 117.8 GiB)"
-    rule("Available memory on device",
-         rf"Available memory on device(?: [\w:]{{1,16}})? \({num('free_memory_gib')}/"
-         rf"{num('gpu_total_gib')}{_GIB}\) is below required"),
     rule("below required GPU memory utilization",
          rf"below required GPU memory utilization \({num('gpu_memory_utilization')}, "
          rf"{num('requested_memory_gib')}{_GIB}\)"),
@@ -169,7 +166,7 @@ class VllmExtractor:
         "model weights t", "Model loading took", "Memory profiling", "the current vLLM instance",
         "KV cache memory", "as specified by kv_cache_memory_bytes", " blocks: ", "KV cache size:",
         "Maximum concurrency for", "Graph capturing finished", "CUDA graph",
-        "Free memory on device", "desired utilization", "To serve at least one request",
+        "memory on device", "desired utilization", "To serve at least one request",
         "stored in KV cache",
         "estimated maximum model length is", "KV cache is needed",
         "than the available KV cache memory",

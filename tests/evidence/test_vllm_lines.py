@@ -94,6 +94,12 @@ CASES: list[tuple[str, dict[str, Any]]] = [
       "requested_memory_gib": 72.85}),
     ("ValueError: Free memory on device xpu:0 (0.22/30.3 GiB) on startup is less than desired GPU "
      "memory utilization (0.9, 27.27 GiB).", {"free_memory_gib": 0.22, "gpu_total_gib": 30.3}),
+    # amd-strix-halo-vllm-toolboxes#16: another build's wording of the same check
+    ("(EngineCore_DP0 pid=727) ERROR 02-12 15:44:57 [core.py:966] ValueError: Available memory on "
+     "device cuda:0 (28.49/124.0 GiB) is below required GPU memory utilization (0.95, 117.8 GiB). "
+     "Reduce GPU memory utilization or decrease GPU memory used by other processes.",
+     {"free_memory_gib": 28.49, "gpu_total_gib": 124.0, "gpu_memory_utilization": 0.95,
+      "requested_memory_gib": 117.8}),
     ("INFO [gpu_worker.py:789] Free memory on device (23.15/23.56 GiB) on startup. Desired GPU "
      "memory utilization is (0.92, 21.67 GiB). Actual usage is 15.25 GiB for consumed memory "
      "(weights + non-torch), 1.66 GiB for peak activation, and 0.14 GiB for CUDAGraph memory. "

@@ -7,8 +7,10 @@ from __future__ import annotations
 import pytest
 
 from bot.authoring.examples import match_problems
+from bot.diagnose import diagnose
 from bot.kb.loader import KB, load_kb
 from bot.kb.match import CompiledKB
+from bot.schema import Evidence
 
 # vllm#7514: the port was taken; the restart's libcuda import warning is noise
 PORT_THEN_IMPORT_WARNING = (
@@ -82,9 +84,6 @@ def test_a_profile_run_traceback_ending_in_a_triton_kernel_fault_is_not_a_memory
     """vllm#5692 (a comment's log, its lines run together): the profile run raised Triton's
     'Error [CUDA]: an illegal memory access'. A traceback through the profile run that shows
     its error is that error, not an OOM whose message was cut."""
-    from bot.diagnose import diagnose
-    from bot.schema import Evidence
-
     text = ('test2:58772:59441 [1] NCCL INFO comm 0x183404d0 rank 1 nranks 2 cudaDev 1 nvmlDev 3 '
             'busId b0 commId 0xe478ef85b5692b1b - Init COMPLETE test2:56697:59440 [0] NCCL INFO c'
             'omm 0x187b96f0 rank 0 nranks 2 cudaDev 0 nvmlDev 2 busId a0 commId 0xe478ef85b5692b1'
