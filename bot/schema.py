@@ -155,6 +155,9 @@ class Facts(Strict):
     max_total_tokens: int | None = None  # SGLang / TGI token pool
     max_batch_prefill_tokens: int | None = None  # TGI
     max_input_length: int | None = None  # TGI
+    # the context length the person says the application needs ("our app needs 32k
+    # tokens"): a length fix sets this rather than its own choice when it fits
+    needed_max_model_len: int | None = None
     # the device
     gpu_name: str | None = None
     gpu_count: int | None = None

@@ -63,6 +63,26 @@ _UTIL = lazy(r"(?<!\w)(?P<key>gpu[_ -]?memory[_ -]?utili[sz]ation|mem[_ -]fracti
 _QUANT_AFTER = lazy(r"(?:[-_.][-_.A-Za-z0-9]{0,60}?[-_]|[-_]|\s{0,2}[(\[]?\s{0,2})"
                     r"(?P<q>NVFP4|MXFP4|AWQ|GPTQ|FP8|INT4|INT8|W4A16|W8A8|EXL2|GGUF|"
                     r"\d(?:\.\d{1,2})?bpw)(?![a-z\d])", re.IGNORECASE)
+# The context length a person says the application needs: "our app needs 32k context",
+# "we need at least 65,536 tokens", "requires a context length of 128k", "需要32k上下文".
+# Not a denial ("we don't need 128k context") and not a question of what fits.
+_LENGTH = r"(?:\d{1,2},\d\d\d,\d\d\d|\d{1,3},\d\d\d|\d{1,7})\s?(?:[kK](?![A-Za-z]))?\+?"
+_LENGTH_VALUE = lazy(r"(?P<n>\d{1,2},\d\d\d,\d\d\d|\d{1,3},\d\d\d|\d{1,7})\s?"
+                     r"(?P<k>[kK](?![A-Za-z]))?")
+_NEED_SAID = lazy(
+    r"(?<![\w'’])(?<!n't )(?<!not )(?<!no )(?:need|needs|require|requires|must support|"
+    r"must handle)\b(?: to (?:support|handle|serve|process|fit))?"
+    r"(?: (?:at least|a|an|the|full|up to)){0,2}\s{1,2}" + _LENGTH +
+    r"\s{0,2}-?\s{0,2}(?:tokens?\b(?: (?:of )?context)?|(?:token )?context\b|ctx\b)"
+    r"|(?<![\w'’])(?<!n't )(?<!not )(?:need|needs|require|requires)\b"
+    r"(?: (?:a|the))? (?:context(?: length| window)?|max[_ -]model[_ -]len)"
+    r"(?: (?:of|to be|=|at least)){1,2} " + _LENGTH +
+    r"|(?:需要|至少|要求)(?:支持)?\s?" + _LENGTH + r"\s?(?:的)?\s?(?:上下文|tokens?|长度)"
+    r"|上下文(?:长度)?(?:需要|要求|至少)(?:为|是)?\s?" + _LENGTH,
+    re.IGNORECASE)
+# "32k" as people write context sizes: a power of two (or 1.5 times one) of KiB tokens,
+# else thousands ("100k")
+_BINARY_K = frozenset({2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 1024})
 _MAX_PROSE = 2000
 _FAMILY_WORDS = ("llama", "qwen", "qwq", "mistral", "mixtral", "deepseek", "gemma", "phi-",
                  "falcon", "gpt-", "glm", "yi-", "kimi", "starcoder", "granite", "nemotron",
@@ -80,7 +100,9 @@ class MentionsExtractor:
         "lama", "LaMA", "Qwen", "qwen", "istral", "eepSeek", "eepseek", "emma", "gpt-oss", "Phi-",
         "LaVA", "lava", "ntern", "iniCPM", "inicpm", "aichuan", "ranite", "emotron", "tarCoder",
         "tarcoder", "icuna", "OLMo", "olmo", "utilization", "Utilization", "fraction",
-        "卡", "块", "显存", "VRAM", "vram", "GB GPU", "G GPU", "GB card", "G card")
+        "卡", "块", "显存", "VRAM", "vram", "GB GPU", "G GPU", "GB card", "G card",
+        "need", "Need", "NEED", "require", "Require", "must support", "must handle", "需要",
+        "至少", "要求", "上下文")
     follow: ClassVar[int] = 0
 
     def __init__(self) -> None:
@@ -118,6 +140,9 @@ class MentionsExtractor:
             fact = "mem_fraction_static" if "fraction" in u.group("key").lower() else (
                 "gpu_memory_utilization")
             sink.set_default(fact, float(u.group("value")), line.no)
+        if (sink.get("needed_max_model_len") is None and (need := _NEED_SAID.search(text))
+                and is_prose(text) and (length := _needed_length(need)) is not None):
+            sink.set_default("needed_max_model_len", length, line.no)
         if sink.get("model_named") is None and (model := _model(text)):
             # "Qwen3.8-27B (NVFP4)": the format said right after the name
             q = _QUANT_AFTER.match(text, text.find(model) + len(model))
@@ -142,6 +167,17 @@ class MentionsExtractor:
         if model is not None and model in (self._model_said, sink.get("model_named")):
             sink.discard("model_named")  # the words are the model fact: nothing to add
         self._memory_said = self._model_said = None
+
+
+def _needed_length(m: re.Match[str]) -> int | None:
+    """The length a `_NEED_SAID` match names, in tokens; None when it is no plausible
+    context length (under 512 tokens, over 10M)."""
+    v = _LENGTH_VALUE.search(m.group(0))
+    assert v is not None  # every alternative of _NEED_SAID holds a length
+    n = int(v.group("n").replace(",", ""))
+    if v.group("k"):
+        n *= 1024 if n in _BINARY_K else 1000
+    return n if 512 <= n <= 10 * 1024 * 1024 else None
 
 
 def _short(match: re.Match[str]) -> bool:

@@ -185,7 +185,7 @@ def finish_fixes(fixes: list[Fix], engine: str, facts: Facts, sizing: Sizing | N
     out: list[Fix] = []
     seen: set[tuple[object, ...]] = set()
     for fix in fixes:
-        fix = with_headroom(fix, sizing)
+        fix = with_headroom(fix, sizing, facts.needed_max_model_len)
         if _changes_nothing(fix, engine, command):
             continue
         fix = on_command(fix, engine, command, facts)
@@ -196,8 +196,16 @@ def finish_fixes(fixes: list[Fix], engine: str, facts: Facts, sizing: Sizing | N
             continue
         seen.add(key)
         out.append(fix)
-    out.sort(key=lambda f: bool(f.instruction))  # stable: the planner's order otherwise
+    # stable: the planner's order otherwise. A length below what the person says the
+    # application needs goes after the fixes that keep it (more memory for the KV cache).
+    needed = facts.needed_max_model_len
+    out.sort(key=lambda f: (bool(f.instruction), _below_need(f, needed)))
     return out[:MAX_FIXES]
+
+
+def _below_need(fix: Fix, needed: int | None) -> bool:
+    return needed is not None and any(isinstance(v := fix.flags.get(f), int) and v < needed
+                                      for f in LENGTH_FLAGS)
 
 
 def _changes_nothing(fix: Fix, engine: str, command: ServerCommand | None) -> bool:
@@ -238,31 +246,48 @@ def _edges(sizing: Sizing | None) -> list[int]:
     return sorted({v for v in found if v})
 
 
-def with_headroom(fix: Fix, sizing: Sizing | None) -> Fix:
+def with_headroom(fix: Fix, sizing: Sizing | None, needed: int | None = None) -> Fix:
     """A length flag at (or just below) the KV cache's edge lowered to the largest round
     value that leaves HEADROOM requests of that length room at once; the edge said in words.
-    A length that already leaves that room is kept."""
+    A length that already leaves that room is kept. When the person said the length their
+    application needs (`needed`) and it fits, that length is set instead, whatever room it
+    leaves; when it does not fit, the fix says so, since lowering the length then trades away
+    what the application needs."""
     flag = next((f for f in LENGTH_FLAGS if isinstance(fix.flags.get(f), int)), None)
     if flag is None:
         return fix
     value = fix.flags[flag]
     assert isinstance(value, int)
     capacity = next((e for e in _edges(sizing) if e >= value), None)
-    if capacity is None or capacity >= HEADROOM * value:
+    if capacity is None:
         return fix
-    target = round_value(capacity // HEADROOM)
-    if target < 16:
+    if needed is not None and needed <= capacity:
+        target, fits_need = needed, True
+    elif capacity >= HEADROOM * value:
         return fix
+    else:
+        target, fits_need = round_value(capacity // HEADROOM), False
+        if target < 16:
+            return fix
     command = re.sub(rf"{re.escape(flag)}([ =]){value}\b", rf"{flag}\g<1>{target}",
                      fix.command)
     times = capacity / target
-    predicted = (f"{times:.1f}x concurrency at {target:,} tokens: room for {int(times)} "
-                 f"requests of that length at once. {capacity:,} is the edge: the server "
-                 f"starts but holds one such request at a time (1.0x) and preempts the rest")
+    room = (f"room for {int(times)} requests of that length at once" if times >= 2 else
+            "one such request at a time: longer queues and preemption under load")
+    predicted = (f"{times:.1f}x concurrency at {target:,} tokens: {room}. {capacity:,} is "
+                 f"the edge: the server starts but holds one such request at a time (1.0x) "
+                 f"and preempts the rest")
     title = fix.title
-    if len(fix.flags) == 1:
+    if fits_need:
+        title = (f"Set {flag} to {target:,}, the length your application needs "
+                 f"({times:.1f}x concurrency at that length)")
+    elif len(fix.flags) == 1:
         title = (f"Set {flag} to {target:,}, leaving room for {int(times)} full-length requests "
                  "(or to what your application needs)")
+    if needed is not None and not fits_need:
+        predicted += (f". Your application needs {needed:,} tokens, more than the "
+                      f"{capacity:,} this KV cache holds: to keep that length, give the KV "
+                      f"cache more memory instead (the other fixes)")
     return dataclasses.replace(fix, command=command, flags={**fix.flags, flag: target},
                                predicted=predicted, title=title)
 

@@ -147,6 +147,23 @@ def test_prose_gpu_count_and_memory(text: str, count: int | None, total: float |
     assert (facts.gpu_count, facts.gpu_total_gib) == (count, total)
 
 
+@pytest.mark.parametrize(("text", "needed"), [
+    ("Our application needs 65536 tokens of context, what should we set?", 65536),
+    ("we need at least 32k context for RAG", 32768),
+    ("It requires a context length of 128k.", 131072),
+    ("Our agents need 100k tokens of context", 100000),
+    ("我们的业务需要32k上下文", 32768),
+    # not a need: a denial, a count of GPUs, memory, and the log's own words
+    ("We don't need 128k context, 8k is plenty", None),
+    ("I need 2 GPUs for this model", None),
+    ("it needs 40 GB of memory", None),
+    ("ERROR 11-30 [core.py:586] ValueError: To serve at least one request with the model's max "
+     "seq len (131072), (16.00 GiB KV cache is needed", None),
+])
+def test_the_length_the_application_needs_said_in_words(text: str, needed: int | None) -> None:
+    assert extract_facts(text).needed_max_model_len == needed
+
+
 def test_prose_never_overrides_the_evidence() -> None:
     text = ("Running Llama 3 70B on A100 GPU\nvllm serve meta-llama/Llama-3.1-70B -tp 2\n"
             "|   0  NVIDIA H100 80GB HBM3          On  | 00000000:C3:00.0 Off |"

@@ -59,6 +59,23 @@ def test_the_shipped_example_s_first_fix_keeps_its_flags_and_leaves_headroom(kb:
     assert "81,664 is the edge" in first.predicted and "(1.0x)" in first.predicted
 
 
+def test_the_length_the_application_needs_is_set_when_it_fits(kb: KB) -> None:
+    log = (ROOT / "examples" / "vllm-max-model-len.log").read_text()
+    d = run(kb, "Our application needs 65536 tokens of context.\n" + log)
+    first = d.fixes[0]
+    assert first.change == "--max-model-len 1048576 -> 65536"
+    assert "the length your application needs" in first.title
+    assert "1.2x concurrency at 65,536 tokens" in first.predicted
+
+
+def test_a_need_larger_than_the_kv_cache_is_said_beside_the_shorter_length(kb: KB) -> None:
+    log = (ROOT / "examples" / "vllm-max-model-len.log").read_text()
+    d = run(kb, "Our application needs 128k tokens of context.\n" + log)
+    length = next(f for f in d.fixes if "--max-model-len" in f.flags)
+    assert length.flags["--max-model-len"] == 32768  # the headroom rule, as without the need
+    assert "Your application needs 131,072 tokens, more than the 81,664" in length.predicted
+
+
 def test_a_pasted_command_line_keeps_tp_quantization_port_and_name(kb: KB) -> None:
     d = run(kb, SERVE + "\n" + ERROR)
     assert d.server_command == SERVE.removeprefix("$ ")
