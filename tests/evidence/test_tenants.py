@@ -71,8 +71,15 @@ def test_tenants(text: str, engines: int | None, trainer: bool | None) -> None:
     # the trainer still building its workers: a start-up OOM, not a step's (verl#3104)
     ('File "/verl/trainer/main_ppo.py", line 239, in run\n    trainer.init_workers()\n'
      "    self.actor_rollout_wg.init_model()", None),
+    # a recipe's name between underscores, training-only settings (RLinf#285, Rex-Omni#124)
+    ("bash run_embodiment.sh maniskill_ppo_openvla", True),
+    ("如果打开设置中的gradient checkpointing配置，显存就不会爆掉", True),
+    ("    micro_batch_size_per_device_for_update:  1", True),
+    ("(WorkerDict pid=80859) After sync model weights in sharding manager: 37.92 GB / 47.53 GB.",
+     True),
     # words that only look like training
     ("the container restarted after the pretrained weights were cached", None),
+    ("vllm serve --model happo-7b --max-model-len 8192", None),
     ("vllm serve Qwen/Qwen3-8B --max-model-len 8192", None),
 ])
 def test_training_run(text: str, training: bool | None) -> None:
