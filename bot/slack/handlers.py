@@ -397,7 +397,11 @@ class Handlers:
         fixed = blocks.Fixed(*shown.fixed) if shown.fixed else None
         reply = blocks.answer(d, history=shown.history, incident_id=incident_id, host=d.host,
                               can_collect_from=_collectable(d), expanded=expanded, fixed=fixed)
-        self.out.edit(channel, ts, reply)
+        if body.container.thread_ts is None and body.response_url:
+            # an answer outside any thread is a slash command's, posted through response_url
+            self.out.replace(body.response_url, reply)
+        else:
+            self.out.edit(channel, ts, reply)
 
     def fix_failed(self, body: ActionBody) -> None:
         """"Mark fix 1 failed" on a repeat: stored as feedback on the thread's incident."""

@@ -78,6 +78,20 @@ class Outbound:
             self.client.chat_update(channel=channel, ts=ts, text=reply.text,
                                     blocks=reply.blocks)
 
+    def replace(self, response_url: str, reply: Reply) -> None:
+        """Redraw the message a click came from through the click's response_url: the one
+        way to edit a slash command's answer, which was posted through a response_url too."""
+        from slack_sdk.webhook import WebhookClient
+
+        try:
+            result = WebhookClient(response_url).send(text=reply.text, blocks=reply.blocks,
+                                                      replace_original=True)
+        except OSError as exc:  # Slack unreachable: the answer stays as it was
+            log.warning("redraw through response_url failed: %s", type(exc).__name__)
+            return
+        if result.status_code != 200:
+            log.warning("redraw through response_url failed: HTTP %s", result.status_code)
+
     def permalink(self, channel: str, ts: str) -> str | None:
         """The message's permalink (None when Slack does not give one)."""
         try:

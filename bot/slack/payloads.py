@@ -72,6 +72,9 @@ class ActionBody(_Payload):
     container: _Container = _Container()
     actions: list[_Action] = Field(min_length=1)
     trigger_id: str | None = None
+    # where Slack takes a reply to this click: the way to redraw a slash command's answer,
+    # which was itself posted through a response_url
+    response_url: str | None = Field(default=None, max_length=2000, pattern=r"^https?://")
 
     @property
     def value(self) -> str:

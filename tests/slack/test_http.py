@@ -559,6 +559,28 @@ def test_slash_paste_is_posted_to_the_channel_and_check_refused_privately(
     assert refusal["response_type"] == "ephemeral" and f"<@{ALLOWED}>" in refusal["text"]
 
 
+def test_a_slash_command_s_answer_is_redrawn_through_its_response_url(
+        endpoint: Endpoint, fake: FakeSlack) -> None:
+    fields = load("slash_command.json")
+    fields.update(command="/inferbot", text=f"```{VLLM_ERROR}```",
+                  response_url=fake.response_url("paste"))
+    endpoint.command(fields)
+    answer = fake.recorder.wait_for("response_url")[0].args
+    body = on(click("details", element(answer["blocks"], "details")["value"]),
+              "1717171800.000100")
+    # a slash command's answer is a top-level message: no thread
+    del body["container"]["thread_ts"]
+    body["message"].pop("thread_ts", None)
+    body["response_url"] = fake.response_url("details")
+    endpoint.interaction(body)
+    redrawn = fake.recorder.wait_for("response_url", 2)[1]
+    assert redrawn.args["replace_original"] is True
+    assert len(redrawn.args["blocks"]) > len(answer["blocks"])
+    assert "The numbers" in all_text(redrawn.args)
+    fake.recorder.settle()
+    assert fake.recorder.of("chat.update") == []
+
+
 def test_resolve_in_the_thread_records_the_fix(endpoint: Endpoint, fake: FakeSlack) -> None:
     endpoint.event(mention(f"```{VLLM_ERROR}```", ts=THREAD))
     final_answer(fake)
