@@ -33,7 +33,7 @@ from bot.schema import (
     Raised,
     field_names,
 )
-from bot.sizing.command import CommandReader
+from bot.sizing.command import CommandReader, EnvReader
 from bot.sizing.plan import plan
 
 MAX_EXCERPT_LINES = 40
@@ -106,9 +106,10 @@ def diagnose(evidence: Evidence, kb: KB, stream: BinaryIO | None = None, *,
     compiled = compiled_kb(kb)
     matcher = Matcher(compiled)
     command = CommandReader()
+    env = EnvReader()
     raised = ExceptionReader()
     source, paste = _input(evidence.text, stream, compiled.vocabulary)
-    scanner = Scanner([*(cls() for cls in EXTRACTORS), matcher, command, raised],
+    scanner = Scanner([*(cls() for cls in EXTRACTORS), matcher, command, env, raised],
                       large=paste is None, families=families)
     stats = scanner.scan(source if paste is None else paste.text, sink)
     if paste is not None:
@@ -128,7 +129,7 @@ def diagnose(evidence: Evidence, kb: KB, stream: BinaryIO | None = None, *,
     hits = {sid: [h._replace(line=redact(h.line)) for h in seen]
             for sid, seen in matcher.hits.items()}
     result = plan(kb, problems, facts, evidence.model_config_json, hits,
-                  command=command.command)
+                  command=command.command, env=env.settings)
     problems = result.problems
 
     top = problems[0] if problems else None

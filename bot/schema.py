@@ -325,6 +325,9 @@ class Fix(Strict):
     instruction: str = ""  # what to do by hand when `placeholders` name more than the model
     # the fix as the container's args list, when the server ran from one (a Kubernetes manifest)
     args: list[str] | None = None
+    # the fix as the environment the server ran with, when the paste shows it configured that
+    # way, in that environment's own lines (`-e NAME=value`, a manifest's name/value pair)
+    env: list[str] | None = None
 
 
 @dataclass(slots=True, kw_only=True)

@@ -379,6 +379,9 @@ def _fix_lines(fx: Fix, *, full: bool) -> list[Line]:
     if full and fx.args:
         lines.append(Line.of("as the container's args (the manifest):"))
         lines.append(Line.of("args: " + json.dumps(fx.args), "quote"))
+    if full and fx.env:
+        lines.append(Line.of("in the server's environment, as it was set:"))
+        lines += [Line.of(line, "quote") for line in fx.env]
     return lines
 
 

@@ -12,6 +12,7 @@ the fix sets changed. Secrets are redacted before the line is kept.
 from __future__ import annotations
 
 import ast
+import json
 import re
 import shlex
 from dataclasses import dataclass, field
@@ -312,6 +313,80 @@ class CommandReader:
     @property
     def observed(self) -> str | None:
         return self.command.text() if self.command is not None else None
+
+
+# A server configured from its environment: `docker run -e NAME=value`, a manifest's
+# `- name: NAME` / `value: ...` pair, a compose file's `- NAME=value`.
+_DOCKER_ENV = re.compile(r"(?:^|\s)(?:-e|--env)[ =]([A-Z][A-Z0-9_]{1,63})="
+                         r"(\"[^\"]{0,200}\"|'[^']{0,200}'|[^\s\"']{1,200})")
+_MANIFEST_NAME = re.compile(r"^\s{0,40}-\s{1,4}name:\s{0,4}[\"']?([A-Z][A-Z0-9_]{1,63})[\"']?"
+                            r"\s{0,40}$")
+_MANIFEST_VALUE = re.compile(r"^\s{0,40}value:\s{0,4}(\"[^\"]{0,200}\"|'[^']{0,200}'|\S{1,200})"
+                             r"\s{0,40}$")
+_COMPOSE_ITEM = re.compile(r"^\s{0,40}-\s{1,4}[\"']?([A-Z][A-Z0-9_]{1,63})=([^\"'\s]{1,200})[\"']?"
+                           r"\s{0,40}$")
+
+
+@dataclass(slots=True)
+class EnvSettings:
+    """The environment a server ran with, as the paste shows it: names and values (redacted),
+    and the form they were written in ("docker", "manifest", "compose"), in which a fix that
+    sets one of them is shown too."""
+
+    form: str
+    values: dict[str, str] = field(default_factory=dict)
+
+    def lines(self, settings: dict[str, str]) -> list[str]:
+        """`settings` written as this environment writes them."""
+        if self.form == "docker":
+            return [" ".join(f"-e {n}={shlex.quote(v)}" for n, v in settings.items())]
+        if self.form == "manifest":
+            return [line for n, v in settings.items()
+                    for line in (f"- name: {n}", f"  value: {json.dumps(v)}")]
+        return [f"- {n}={v}" for n, v in settings.items()]
+
+
+def env_name(flag: str) -> str:
+    """The variable a server configured from its environment reads for `flag`
+    (--max-total-tokens: MAX_TOTAL_TOKENS), as TGI's launcher and the serverless vLLM
+    workers name them."""
+    return flag.lstrip("-").upper().replace("-", "_")
+
+
+class EnvReader:
+    """A scan consumer: the environment variables the paste shows the server started with."""
+
+    name: ClassVar[str] = "environment"
+    anchors: ClassVar[tuple[str, ...]] = ("-e ", "--env", "- name:", "value:", "environment:")
+    follow: ClassVar[int] = 40  # a compose file's `environment:` items
+
+    def __init__(self) -> None:
+        self.settings: EnvSettings | None = None
+        self._name: tuple[str, int] | None = None  # a manifest's name awaiting its value
+
+    def _set(self, form: str, name: str, value: str) -> None:
+        if self.settings is None:
+            self.settings = EnvSettings(form)
+        self.settings.values.setdefault(name, redact(_unquote(value)))
+
+    def feed(self, line: Line, sink: FactSink) -> None:
+        text = line.text
+        if len(text) > MAX_COMMAND_CHARS:
+            return
+        if "-e " in text or "--env" in text:
+            for name, value in _DOCKER_ENV.findall(text):
+                self._set("docker", name, value)
+        if (m := _MANIFEST_NAME.match(text)) is not None:
+            self._name = (m.group(1), line.no)
+        elif self._name is not None and (v := _MANIFEST_VALUE.match(text)) is not None:
+            if line.no == self._name[1] + 1:
+                self._set("manifest", self._name[0], v.group(1))
+            self._name = None
+        elif (c := _COMPOSE_ITEM.match(text)) is not None:
+            self._set("compose", c.group(1), c.group(2))
+
+    def finish(self, sink: FactSink) -> None:
+        pass
 
 
 def placeholders(command: str) -> list[str]:

@@ -47,9 +47,11 @@ from bot.sizing.catalog import ResolvedModel
 from bot.sizing.checks import CONDITIONS, foreign_processes_h
 from bot.sizing.command import (
     MODEL_FLAGS,
+    EnvSettings,
     ServerCommand,
     apply_flags,
     change_only,
+    env_name,
     parse_command,
     parse_value,
     placeholders,
@@ -94,7 +96,7 @@ class Scored(NamedTuple):
 def plan(kb: KB, problems: list[ProblemMatch], facts: Facts,
          model_config: dict[str, Any] | None = None,
          hits: Mapping[str, Sequence[SignatureHit]] | None = None, *,
-         command: ServerCommand | None = None) -> Plan:
+         command: ServerCommand | None = None, env: EnvSettings | None = None) -> Plan:
     """Rank the causes by the evidence and turn the supported ones' fix templates into
     commands.
 
@@ -167,7 +169,7 @@ def plan(kb: KB, problems: list[ProblemMatch], facts: Facts,
             elif sc.cause.id in proposable or (undecided and rank == 0):
                 fixes.append((fix.disruption, rank, len(fixes), fix))
     fixes.sort(key=lambda t: t[:3])
-    finished = finish_fixes([t[3] for t in fixes], engine, facts, sizing, command)
+    finished = finish_fixes([t[3] for t in fixes], engine, facts, sizing, command, env)
     if undecided:
         finished = finished[:1]
     shown_ids = {sc.cause.id for sc in shown}
@@ -178,7 +180,7 @@ def plan(kb: KB, problems: list[ProblemMatch], facts: Facts,
 
 
 def finish_fixes(fixes: list[Fix], engine: str, facts: Facts, sizing: Sizing | None,
-                 command: ServerCommand | None) -> list[Fix]:
+                 command: ServerCommand | None, env: EnvSettings | None = None) -> list[Fix]:
     """The fixes as they are offered: lengths with headroom, each applied to the server's own
     command line, none that repeats another but for rounding, the ones a person must fill in
     last, at most MAX_FIXES."""
@@ -188,7 +190,7 @@ def finish_fixes(fixes: list[Fix], engine: str, facts: Facts, sizing: Sizing | N
         fix = with_headroom(fix, sizing, facts.needed_max_model_len)
         if _changes_nothing(fix, engine, command):
             continue
-        fix = on_command(fix, engine, command, facts)
+        fix = in_environment(on_command(fix, engine, command, facts), env)
         # two fixes that set the same flags and differ only in a length's value are one fix
         key = tuple(sorted((f, None if f in LENGTH_FLAGS else str(v))
                            for f, v in fix.flags.items())) or (fix.command,)
@@ -332,6 +334,30 @@ def on_command(fix: Fix, engine: str, command: ServerCommand | None, facts: Fact
     elif held and not fix.change:
         instruction = f"{fix.title} ({', '.join(held)} in the command to fill in)"
     return dataclasses.replace(fix, placeholders=held, instruction=instruction)
+
+
+def in_environment(fix: Fix, env: EnvSettings | None) -> Fix:
+    """The fix also as the environment the server ran with, when the paste shows the server
+    configured that way: a flag whose variable is set there (--max-model-len as
+    MAX_MODEL_LEN), or a fix that is itself environment settings, written as that
+    environment writes them (`-e`, a manifest's name/value pair, a compose item)."""
+    if env is None:
+        return fix
+    settings = {env_name(f): _shown_value(v) for f, v in fix.flags.items()
+                if f not in MODEL_FLAGS}
+    if not any(name in env.values for name in settings):
+        template = parse_command(fix.command)
+        words = _environment(fix.command) if template is not None else ""
+        settings = dict(w.split("=", 1) for w in words.split())
+    if not settings:
+        return fix
+    return dataclasses.replace(fix, env=env.lines(settings))
+
+
+def _shown_value(value: str | int | float | bool | None) -> str:
+    if isinstance(value, bool) or value is None:
+        return "true" if value in (True, None) else "false"
+    return str(value)
 
 
 _ENV_WORD = re.compile(r"^[A-Z][A-Z0-9_]{1,63}=\S{0,200}$")

@@ -12,6 +12,7 @@ import pytest
 from bot.diagnose import diagnose
 from bot.kb.loader import KB, load_kb
 from bot.render.present import present
+from bot.render.text import render
 from bot.schema import Diagnosis, Evidence
 from bot.sizing.command import parse_command
 from bot.sizing.plan import round_value
@@ -74,6 +75,33 @@ def test_a_need_larger_than_the_kv_cache_is_said_beside_the_shorter_length(kb: K
     length = next(f for f in d.fixes if "--max-model-len" in f.flags)
     assert length.flags["--max-model-len"] == 32768  # the headroom rule, as without the need
     assert "Your application needs 131,072 tokens, more than the 81,664" in length.predicted
+
+
+def test_a_server_configured_from_a_manifest_s_env_gets_the_fix_that_way(kb: KB) -> None:
+    log = (ROOT / "examples" / "vllm-max-model-len.log").read_text()
+    manifest = '        env:\n          - name: MAX_MODEL_LEN\n            value: "1048576"\n'
+    d = run(kb, log + manifest)
+    first = d.fixes[0]
+    assert first.env == ["- name: MAX_MODEL_LEN", '  value: "32768"']
+    assert first.change == "--max-model-len 1048576 -> 32768"  # the flag form stays beside
+    shown = render(d, full=True)
+    assert "in the server's environment, as it was set:\n  - name: MAX_MODEL_LEN\n" in shown
+
+
+def test_docker_run_s_environment_gets_the_fix_as_e_and_no_secret(kb: KB) -> None:
+    log = (ROOT / "examples" / "vllm-max-model-len.log").read_text()
+    token = "hf_" + "abcdefghijklmnopqrstuvwxyz0123"
+    docker = (f"docker run --gpus all -e MAX_MODEL_LEN=1048576 -e HF_TOKEN={token} "
+              "runpod/worker-v1-vllm:stable\n")
+    d = run(kb, docker + log)
+    assert d.fixes[0].env == ["-e MAX_MODEL_LEN=32768"]
+    assert token not in str(d.fixes)
+
+
+def test_no_environment_form_where_the_server_did_not_read_that_variable(kb: KB) -> None:
+    log = (ROOT / "examples" / "vllm-max-model-len.log").read_text()
+    d = run(kb, "docker run --gpus all -e HF_HOME=/cache vllm/vllm-openai\n" + log)
+    assert d.fixes[0].env is None
 
 
 def test_a_pasted_command_line_keeps_tp_quantization_port_and_name(kb: KB) -> None:
