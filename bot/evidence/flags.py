@@ -45,6 +45,7 @@ SETTINGS: dict[str, str] = {
     "kv-cache-memory": "kv_cache_memory_bytes", "kv-cache-memory-bytes": "kv_cache_memory_bytes",
     "swap-space": "swap_space_gib",
     "quantization": "quantization", "quantize": "quantization", "q": "quantization",
+    "load-in-low-bit": "quantization",  # ipex-llm's vLLM: sym_int4, fp8, ...
     "dtype": "dtype",
     "mem-fraction-static": "mem_fraction_static",
     "cache-max-entry-count": "cache_max_entry_count", "session-len": "max_model_len",

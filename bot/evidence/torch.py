@@ -31,10 +31,13 @@ _GPU = r"(?P<oom_gpu_index>\d{1,3})"
 _TOTAL = ("gpu_total_gib",)
 _RULES = Rules(
     rule("Tried to allocate", rf"Tried to allocate {qty('oom_tried_to_allocate_gib')}"),
+    # torch_npu (Ascend) adds "X current active;" and says NPU; Intel's XPU build says no
+    # free figure at all
     rule("total capacity;",
-         rf"\(GPU {_GPU}; {qty('gpu_total_gib')} total capacity; "
-         rf"{qty('oom_allocated_gib')} already allocated; {qty('oom_free_gib')} free"
-         rf"(?:; {qty('oom_reserved_gib')} reserved in total)?", weak=_TOTAL),
+         rf"\((?:GPU|NPU|XPU) {_GPU}; {qty('gpu_total_gib')} total capacity; "
+         rf"{qty('oom_allocated_gib')} already allocated; (?:{NUM} ?{UNIT} current active; )?"
+         rf"(?:{qty('oom_free_gib')} free(?:; |\)))?"
+         rf"(?:{qty('oom_reserved_gib')} reserved in total)?", weak=_TOTAL),
     rule("has a total capac",
          rf"GPU {_GPU} has a total capac(?:i)?ty of {qty('gpu_total_gib')} of which "
          rf"{qty('oom_free_gib')} is free", weak=_TOTAL),

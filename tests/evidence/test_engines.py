@@ -76,6 +76,18 @@ CASES: list[tuple[str, dict[str, Any]]] = [
      "Process 777 has 38.00 GiB memory in use. Of the allocated memory 30.00 GiB is allocated by "
      "PyTorch, and 2.00 GiB is reserved by PyTorch but unallocated.",
      {"oom_process_outside_pytorch_gib": None, "oom_outside_pytorch_gib": 46.0}),
+    # torch_npu (vllm-ascend#1670): NPU, and "current active" before the free figure; 56 GiB
+    # of the card are outside this process's PyTorch memory
+    ("RuntimeError: NPU out of memory. Tried to allocate 88.00 MiB (NPU 0; 60.96 GiB total "
+     "capacity; 4.24 GiB already allocated; 4.24 GiB current active; 7.47 MiB free; 4.37 GiB "
+     "reserved in total by PyTorch)",
+     {"gpu_total_gib": 60.96, "oom_allocated_gib": 4.24, "oom_reserved_gib": 4.37,
+      "oom_outside_pytorch_gib": pytest.approx(56.58, abs=0.01)}),
+    # Intel's XPU build (ipex-llm#12080) gives no free figure
+    ("RuntimeError: XPU out of memory. Tried to allocate 130.00 MiB (GPU 0; 15.11 GiB total "
+     "capacity; 11.09 GiB already allocated; 11.23 GiB reserved in total by PyTorch)",
+     {"gpu_total_gib": 15.11, "oom_allocated_gib": 11.09, "oom_reserved_gib": 11.23,
+      "oom_free_gib": None}),
     # lmdeploy by its log prefix and by its command; in a sentence only as a default
     ("[TM][WARNING] `session_len` truncated to 4928 due to limited KV cache memory",
      {"engine": "lmdeploy"}),
