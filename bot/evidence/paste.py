@@ -229,7 +229,12 @@ def unwrap(text: str, vocabulary: frozenset[str] = frozenset()) -> Unwrapped:
     for piece, no in zip(pieces, origin, strict=True):
         joiner = _joiner(prev, piece, widths, words) if out else None
         if joiner is not None and len(out[-1]) + len(piece.body) < MAX_LINE_CHARS:
-            out[-1] += joiner + piece.body
+            if not joiner and out[-1][-1:].isspace() and piece.body[:1].isspace():
+                # a logger that pads each fragment to its column and indents the next one
+                # (Python's rich): the words were one space apart
+                out[-1] = out[-1].rstrip() + " " + piece.body.lstrip()
+            else:
+                out[-1] += joiner + piece.body
         else:
             out.append(piece.prefix + piece.body)
             starts.append(no)

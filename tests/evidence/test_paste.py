@@ -84,6 +84,25 @@ def test_ray_output_wrapped_by_a_terminal() -> None:
     assert "SIGSEGV or other unexpected errors." in lines[0]
 
 
+def test_a_logger_padding_fragments_to_a_column_is_read_as_one_message() -> None:
+    # Python's rich logging handler (infinity#483): each fragment padded to the column, the
+    # next indented under the message; the two processes and the server's size are read
+    paste = ("ERROR    2024-11-28 13:24:44,248 infinity_emb ERROR: CUDA   batch_handler.py:574\n"
+             "         out of memory. Tried to allocate 3.88 GiB. GPU 0                       \n"
+             "         has a total capacity of 44.42 GiB of which 920.81                      \n"
+             "         MiB is free. Process 247326 has 5.95 GiB memory in                     \n"
+             "         use. Process 248104 has 37.55 GiB memory in use.                       \n"
+             "         Of the allocated memory 5.44 GiB is allocated by                       \n"
+             "         PyTorch, and 6.72 MiB is reserved by PyTorch but                       \n"
+             "         unallocated.                                                           \n")
+    assert "GPU 0 has a total capacity of 44.42 GiB of which 920.81 MiB is free." in \
+        unwrap(paste).text
+    facts = extract_facts(unwrap(paste).text)
+    assert facts.gpu_total_gib == 44.42
+    assert [(p.pid, p.used_mib) for p in facts.processes] == [(247326, 5.95 * 1024),
+                                                              (248104, 37.55 * 1024)]
+
+
 def test_records_stay_apart() -> None:
     text = ("INFO 11-20 10:45:57 model_runner.py:692] Loading model weights took 1.9900 GB\n"
             "INFO 11-20 10:45:57 gpu_executor.py:102] # GPU blocks: 12453, # CPU blocks: 2730\n"
