@@ -346,6 +346,11 @@ class EnvSettings:
         return [f"- {n}={v}" for n, v in settings.items()]
 
 
+def env_value(value: Value) -> str:
+    """A flag's value as an environment variable holds it (an on/off flag: "true")."""
+    return "true" if value is None else _shown(value)
+
+
 def env_name(flag: str) -> str:
     """The variable a server configured from its environment reads for `flag`
     (--max-total-tokens: MAX_TOTAL_TOKENS), as TGI's launcher and the serverless vLLM
@@ -386,7 +391,7 @@ class EnvReader:
             self._set("compose", c.group(1), c.group(2))
 
     def finish(self, sink: FactSink) -> None:
-        pass
+        """No fact to set: the planner reads `settings` to write fixes the same way."""
 
 
 def placeholders(command: str) -> list[str]:

@@ -52,6 +52,7 @@ from bot.sizing.command import (
     apply_flags,
     change_only,
     env_name,
+    env_value,
     parse_command,
     parse_value,
     placeholders,
@@ -343,7 +344,7 @@ def in_environment(fix: Fix, env: EnvSettings | None) -> Fix:
     environment writes them (`-e`, a manifest's name/value pair, a compose item)."""
     if env is None:
         return fix
-    settings = {env_name(f): _shown_value(v) for f, v in fix.flags.items()
+    settings = {env_name(f): env_value(v) for f, v in fix.flags.items()
                 if f not in MODEL_FLAGS}
     if not any(name in env.values for name in settings):
         template = parse_command(fix.command)
@@ -352,12 +353,6 @@ def in_environment(fix: Fix, env: EnvSettings | None) -> Fix:
     if not settings:
         return fix
     return dataclasses.replace(fix, env=env.lines(settings))
-
-
-def _shown_value(value: str | int | float | bool | None) -> str:
-    if isinstance(value, bool) or value is None:
-        return "true" if value in (True, None) else "false"
-    return str(value)
 
 
 _ENV_WORD = re.compile(r"^[A-Z][A-Z0-9_]{1,63}=\S{0,200}$")
