@@ -48,16 +48,17 @@ _TRAINER_SAID = lazy(r"\b(?:verl|openrlhf|grpo\w{0,10}|rlhf|(?:vllm|sglang) roll
 # steps ("python train.py", "train_ppo.sh", "Train epoch [1/1]", compute_log_probs)
 _TRAINING_WORDS = ("ppo", "rlvr", "dapo", "rloo", "train", "compute_log_probs",
                    "forward_backward", "loss.backward", "optimizer.step", "gradient",
-                   "sharding manager", "micro_batch_size")
+                   "sharding manager", "micro_batch_size", "memory_saver", "memory saver")
 # An RL recipe's name stands between underscores or dashes too ("maniskill_ppo_openvla"),
 # and people write settings inside Chinese sentences (ASCII boundaries for both);
-# gradient checkpointing, micro-batches and an FSDP sharding manager (the trainer handing its
-# weights to the rollout engine) exist only in training.
+# gradient checkpointing, micro-batches, an FSDP sharding manager (the trainer handing its
+# weights to the rollout engine) and torch_memory_saver (a rollout engine paused while the
+# trainer runs) exist only in training.
 _TRAINING_SAID = lazy(r"(?<![a-z0-9])(?:ppo|rlvr|dapo|rloo|gradient[_ ]checkpointing)(?![a-z0-9])|"
                       r"\b(?:train(?:_\w{1,20})?\.(?:py|sh)|train epoch|"
                       r"training (?:step|script|loop|run)|trainer\.train|compute_log_probs|"
                       r"forward_backward\w{0,10}|loss\.backward|optimizer\.step|"
-                      r"sharding manager|micro_batch_size\w{0,40})\b",
+                      r"sharding manager|micro_batch_size\w{0,40}|torch[_ ]memory[_ ]saver)\b",
                       re.IGNORECASE)
 # A trainer still building its workers (verl's init_workers -> init_model): its OOM is a
 # start-up one, not a step's

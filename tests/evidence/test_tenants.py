@@ -77,6 +77,8 @@ def test_tenants(text: str, engines: int | None, trainer: bool | None) -> None:
     ("    micro_batch_size_per_device_for_update:  1", True),
     ("(WorkerDict pid=80859) After sync model weights in sharding manager: 37.92 GB / 47.53 GB.",
      True),
+    # slime#651: torch_memory_saver pauses the rollout engine between training steps
+    ("I encounter an out-of-memory (OOM) error caused by torch memory saver.", True),
     # words that only look like training
     ("the container restarted after the pretrained weights were cached", None),
     ("vllm serve --model happo-7b --max-model-len 8192", None),
