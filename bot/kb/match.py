@@ -429,9 +429,21 @@ class Matcher:
         cut, self._cut = list(self._cut), deque(maxlen=MAX_DEFERRED)
         logged = any(h.best_kind >= KIND_RANK["warning"] for h in self._hits.values())
         if not (logged or self._exception_shown):
-            # the paste ends inside a traceback: its frames are all there is to read
-            for line, waiting, phase in cut:
-                self._match(waiting, line, phase)
+            # the paste ends inside a traceback: its frames are all there is to read, and the
+            # innermost one says where it stopped. A traceback whose innermost reading is not
+            # about memory (ranks waiting in a collective) is that failure: the memory
+            # readings of the frames that led there (the profile run's) are set aside.
+            problems = self.compiled.kb.problems
+            read = [(line, phase, found) for line, waiting, phase in cut
+                    if (found := [cs for cs in waiting
+                                  if self._applies(cs, line.text, line.no, phase)])]
+            if read and any(not cs.of_cause and not problems[cs.owner].memory_problem
+                            for cs in read[-1][2]):
+                read = [(line, phase, kept) for line, phase, found in read
+                        if (kept := [cs for cs in found if cs.of_cause
+                                     or not problems[cs.owner].memory_problem])]
+            for line, phase, found in read:
+                self._match(found, line, phase)
 
     def renumber(self, raw_line: Callable[[int], int]) -> None:
         """Report lines by their number in the input as sent (a paste's logical lines were

@@ -100,6 +100,32 @@ def test_a_profile_run_traceback_ending_in_a_triton_kernel_fault_is_not_a_memory
     assert "cuda-kernel-fault" in [c.id for c in d.causes]
 
 
+# verl#488: vLLM's block count, its traceback cut; the last frame read is the collective
+CUT_IN_PROFILING = (
+    'File "/usr/local/lib/python3.10/dist-packages/vllm/engine/llm_engine.py", line 421, in '
+    "_initialize_kv_caches\n"
+    "self.model_executor.determine_num_available_blocks())\n"
+    'File "/usr/local/lib/python3.10/dist-packages/vllm/executor/uniproc_executor.py", line 137, '
+    "in determine_num_available_blocks\n")
+CUT_IN_COLLECTIVE = CUT_IN_PROFILING + (
+    "dist.all_reduce(a_tensor, group=cpu_group, op=dist.ReduceOp.MIN)\n"
+    'File "/usr/local/lib/python3.10/dist-packages/torch/distributed/c10d_logger.py", line 83, in '
+    "wrapper\n")
+MEMORY = {"oom-during-startup-profiling", "kv-cache-no-blocks", "oom-loading-weights",
+          "max-model-len-exceeds-kv-cache"}
+
+
+def test_a_cut_traceback_is_read_at_its_innermost_frame() -> None:
+    """Cut inside the profile run: a start-up memory failure. Cut inside a collective the
+    profile run called: the ranks were waiting on each other, and the outer frames' memory
+    readings are set aside."""
+    kb = load_kb()
+    profiling = [p.id for p in diagnose(Evidence(text=CUT_IN_PROFILING), kb).problems]
+    assert profiling and profiling[0] in MEMORY
+    collective = [p.id for p in diagnose(Evidence(text=CUT_IN_COLLECTIVE), kb).problems]
+    assert collective == ["nccl-failure"]
+
+
 def test_words_about_speed_do_not_hide_an_oom_said_in_the_same_sentence(
         compiled: CompiledKB) -> None:
     """ms-swift#4594: 'GPU memory blows up with vLLM; without vLLM training works, but slowly'.
