@@ -66,9 +66,9 @@ _QUANT_AFTER = lazy(r"(?:[-_.][-_.A-Za-z0-9]{0,60}?[-_]|[-_]|\s{0,2}[(\[]?\s{0,2
 # The context length a person says the application needs: "our app needs 32k context",
 # "we need at least 65,536 tokens", "requires a context length of 128k", "需要32k上下文".
 # Not a denial ("we don't need 128k context") and not a question of what fits.
-_LENGTH = r"(?:\d{1,2},\d\d\d,\d\d\d|\d{1,3},\d\d\d|\d{1,7})\s?(?:[kK](?![A-Za-z]))?\+?"
-_LENGTH_VALUE = lazy(r"(?P<n>\d{1,2},\d\d\d,\d\d\d|\d{1,3},\d\d\d|\d{1,7})\s?"
-                     r"(?P<k>[kK](?![A-Za-z]))?")
+_TOKEN_COUNT = r"\d{1,2},\d\d\d,\d\d\d|\d{1,3},\d\d\d|\d{1,7}"  # 1,048,576 / 65,536 / 32768
+_LENGTH = rf"(?:{_TOKEN_COUNT})\s?(?:[kK](?![A-Za-z]))?\+?"
+_LENGTH_VALUE = lazy(rf"(?P<n>{_TOKEN_COUNT})\s?(?P<k>[kK](?![A-Za-z]))?")
 _NEED_SAID = lazy(
     r"(?<![\w'’])(?<!n't )(?<!not )(?<!no )(?:need|needs|require|requires|must support|"
     r"must handle)\b(?: to (?:support|handle|serve|process|fit))?"

@@ -20,6 +20,7 @@ from typing import ClassVar
 
 from bot.evidence.base import FactSink, Line
 from bot.evidence.redact import redact
+from bot.lazyre import lazy
 
 Value = str | int | float | bool | None
 
@@ -317,14 +318,14 @@ class CommandReader:
 
 # A server configured from its environment: `docker run -e NAME=value`, a manifest's
 # `- name: NAME` / `value: ...` pair, a compose file's `- NAME=value`.
-_DOCKER_ENV = re.compile(r"(?:^|\s)(?:-e|--env)[ =]([A-Z][A-Z0-9_]{1,63})="
-                         r"(\"[^\"]{0,200}\"|'[^']{0,200}'|[^\s\"']{1,200})")
-_MANIFEST_NAME = re.compile(r"^\s{0,40}-\s{1,4}name:\s{0,4}[\"']?([A-Z][A-Z0-9_]{1,63})[\"']?"
-                            r"\s{0,40}$")
-_MANIFEST_VALUE = re.compile(r"^\s{0,40}value:\s{0,4}(\"[^\"]{0,200}\"|'[^']{0,200}'|\S{1,200})"
-                             r"\s{0,40}$")
-_COMPOSE_ITEM = re.compile(r"^\s{0,40}-\s{1,4}[\"']?([A-Z][A-Z0-9_]{1,63})=([^\"'\s]{1,200})[\"']?"
-                           r"\s{0,40}$")
+_DOCKER_ENV = lazy(r"(?:^|\s)(?:-e|--env)[ =]([A-Z][A-Z0-9_]{1,63})="
+                   r"(\"[^\"]{0,200}\"|'[^']{0,200}'|[^\s\"']{1,200})")
+_MANIFEST_NAME = lazy(r"^\s{0,40}-\s{1,4}name:\s{0,4}[\"']?([A-Z][A-Z0-9_]{1,63})[\"']?"
+                      r"\s{0,40}$")
+_MANIFEST_VALUE = lazy(r"^\s{0,40}value:\s{0,4}(\"[^\"]{0,200}\"|'[^']{0,200}'|\S{1,200})"
+                       r"\s{0,40}$")
+_COMPOSE_ITEM = lazy(r"^\s{0,40}-\s{1,4}[\"']?([A-Z][A-Z0-9_]{1,63})=([^\"'\s]{1,200})[\"']?"
+                     r"\s{0,40}$")
 
 
 @dataclass(slots=True)

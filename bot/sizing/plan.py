@@ -347,9 +347,7 @@ def in_environment(fix: Fix, env: EnvSettings | None) -> Fix:
     settings = {env_name(f): env_value(v) for f, v in fix.flags.items()
                 if f not in MODEL_FLAGS}
     if not any(name in env.values for name in settings):
-        template = parse_command(fix.command)
-        words = _environment(fix.command) if template is not None else ""
-        settings = dict(w.split("=", 1) for w in words.split())
+        settings = dict(w.split("=", 1) for w in _environment(fix.command).split())
     if not settings:
         return fix
     return dataclasses.replace(fix, env=env.lines(settings))
