@@ -4,12 +4,15 @@ A site adds entries without touching code by pointing INFERBOT_KB_PATH at folder
 knowledge/ (problems/, causes/, examples/). An entry with the same id and a higher `revision`
 replaces the shipped one; the same id at the same revision twice is an error.
 
-The loaded KB carries a content hash over every file it read. Diagnoses record it, and the
-compiled KB is cached under that hash so `inferbot diagnose` does not parse YAML on every run.
+The loaded KB carries a content hash over every file it read; diagnoses record it. The loaded
+KB is cached (pickled), named by its files' sizes and times and by the layout of the classes it
+holds, so `inferbot diagnose` does not parse YAML on every run, and a cache written by another
+version of the code is never read into classes whose fields differ.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import pickle
@@ -105,9 +108,35 @@ def content_hash(roots: list[Path]) -> str:
     return h.hexdigest()[:16]
 
 
+def _stat_key(roots: list[Path]) -> str:
+    """What names a cached KB: each file's path, size and modification time. Reading every
+    file to hash it would cost a cached start more than unpickling the KB does; an edit changes
+    the time (to the nanosecond), and the content hash is still computed whenever the KB is
+    built from its files."""
+    h = hashlib.sha256()
+    for root in roots:
+        for path in _files(root):
+            st = path.stat()
+            h.update(f"{path.relative_to(root)}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+    return h.hexdigest()[:16]
+
+
+def _layout() -> str:
+    """The fields of every class a cached KB holds. Unpickling a frozen dataclass fills its
+    fields by position, so a cache written before a field was added or moved would load
+    without error into the wrong fields; its name must change with the classes."""
+    from bot.kb import schema
+
+    classes = [KB, Origin, *(v for v in vars(schema).values()
+                             if isinstance(v, type) and dataclasses.is_dataclass(v))]
+    text = ";".join(f"{c.__qualname__}:{','.join(f.name for f in dataclasses.fields(c))}"
+                    for c in classes)
+    return hashlib.sha256(text.encode()).hexdigest()[:8]
+
+
 def _cache_path(digest: str) -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    tag = f"py{sys.version_info.major}{sys.version_info.minor}-f{CACHE_FORMAT}"
+    tag = f"py{sys.version_info.major}{sys.version_info.minor}-f{CACHE_FORMAT}-{_layout()}"
     return Path(base) / "inferbot" / f"kb-{digest}-{tag}.pickle"
 
 
@@ -117,18 +146,17 @@ def load_kb(extra: str | None = None, use_cache: bool = True, *,
     INFERBOT_KB_PATH), or exactly `roots` when given (the first holds kb.yaml), as a test or a
     tool uses a KB of its own. Raises KBError (file and line) on the first structural problem."""
     roots = list(roots) if roots is not None else kb_roots(extra)
-    digest = content_hash(roots)
-    cache = _cache_path(digest)
-    if use_cache and cache.is_file():
+    cache = _cache_path(_stat_key(roots)) if use_cache else None
+    if cache is not None and cache.is_file():
         try:
             with cache.open("rb") as fh:
                 kb = pickle.load(fh)
-            if isinstance(kb, KB) and kb.content_hash == digest:
+            if isinstance(kb, KB):
                 return kb
         except Exception:  # a stale or torn cache file is only a slower start
             pass
-    kb = _load(roots, digest)
-    if use_cache:
+    kb = _load(roots, content_hash(roots))
+    if cache is not None:
         try:
             cache.parent.mkdir(parents=True, exist_ok=True)
             tmp = cache.with_suffix(f".{os.getpid()}.tmp")
