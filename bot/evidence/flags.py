@@ -119,7 +119,8 @@ def apply_setting(key: str, raw: Any, sink: FactSink, line_no: int) -> None:
         return
     if raw is None or isinstance(raw, bool | list | dict):
         return
-    text = str(raw).strip().strip("'\"")
+    # quotes, and markdown's backticks around a command pasted inline, are not the value's
+    text = str(raw).strip().strip("'\"`")
     if text.lower() in _NONE or "$" in text or redact(text) != text:
         return  # unset, a shell variable, or a secret: none of them is a fact
     if fact == "kv_cache_memory_bytes" or (KINDS[fact] == "int" and not text.isdigit()):
@@ -127,9 +128,10 @@ def apply_setting(key: str, raw: Any, sink: FactSink, line_no: int) -> None:
         sink.set(fact, _human_int(text), line_no)
     elif fact == "model":
         if text.lower() not in _BACKENDS:
-            # a sentence's full stop or comma after the name is not part of it: model ids
-            # hold dots ("Qwen2.5-7B") but never end in one
-            sink.set(fact, text.rstrip("/").rstrip(".,;:!?") or None, line_no)
+            # a sentence's full stop or comma after the name, or the backticks closing an
+            # inline command, are not part of it: model ids hold dots ("Qwen2.5-7B") but never
+            # end in one
+            sink.set(fact, text.rstrip("/.,;:!?`'\"") or None, line_no)
     elif fact in ("dtype", "kv_cache_dtype", "quantization"):
         sink.set(fact, text.removeprefix("torch.").lower(), line_no)
     else:

@@ -107,6 +107,9 @@ CASES: list[tuple[str, dict[str, Any]]] = [
       "cache_max_entry_count": 0.2, "engine": "lmdeploy"}),
     ("lmdeploy serve api_server /models/InternVL2-40B --session-len 8192",
      {"model": "/models/InternVL2-40B", "max_model_len": 8192}),
+    # a command pasted inline in markdown, its closing backticks and a comma after it
+    ("```python -m ochat.serving.openai_api_server --model openchat/openchat_3.5```, and it "
+     "fails", {"model": "openchat/openchat_3.5"}),
 ]
 
 
