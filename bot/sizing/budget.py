@@ -49,8 +49,10 @@ _EIGHT_BIT = ("fp8", "int8", "w8a8", "8bit", "compressed-tensors", "modelopt")
 _FULL = ("float", "float32", "fp32")  # --dtype float: 4 bytes per parameter
 # exllama's bits per weight ("2.4bpw", "4.65bpw"): rounded up to the next format above
 _BPW = lazy(r"(\d{1,2}(?:\.\d{1,2})?) ?bpw")
-_SIZE_IN_NAME = lazy(r"(?<![A-Za-z0-9.])(?:(?P<experts>\d{1,3})x)?(?P<n>\d{1,4}(?:\.\d{1,2})?)"
-                     r"(?P<u>[bBmM])(?![A-Za-z0-9])")
+# The size stands apart ("Qwen2-7B") or right after a lower-case name ("baichuan13b",
+# "chatglm6b"), never after a digit or a dot ("v1.5b" is no size).
+_SIZE_IN_NAME = lazy(r"(?:(?<![A-Za-z0-9.])|(?<=[a-z]{3}))(?:(?P<experts>\d{1,3})x)?"
+                     r"(?P<n>\d{1,4}(?:\.\d{1,2})?)(?P<u>[bBmM])(?![A-Za-z0-9])")
 
 # Rules of thumb for the profile terms when the log does not show them (catalog estimates):
 # the dummy forward holds ~16 hidden-sized bf16 vectors per batched token (MLP intermediate,

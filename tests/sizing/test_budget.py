@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
 from bot.schema import Facts, GpuInfo, GpuProcess
-from bot.sizing.budget import compute_sizing, look_up_model
+from bot.sizing.budget import compute_sizing, look_up_model, params_from_name
 
 
 def test_log_estimate_is_used_and_checked_for_agreement() -> None:
@@ -169,3 +171,15 @@ def test_a_local_path_that_names_no_model_is_sized_as_the_model_the_person_names
     assert given is not None and given.spec.id == "meta-llama/Llama-3.1-8B-Instruct"
     unknown = look_up_model(Facts(model="mymodels"))
     assert unknown.model is None and unknown.unknown is not None
+
+
+@pytest.mark.parametrize(("name", "params"), [
+    ("Qwen2-7B-Instruct", 7e9), ("llama-2-13b-chat", 13e9), ("Mixtral-8x7B", 56e9),
+    ("opt-125m", 125e6), ("Qwen3-30B-A3B", 30e9),  # an MoE's total, not its active size
+    # the size right after a lower-case name, as vllm#928's './baichuan13b_new'
+    ("./baichuan13b_new", 13e9), ("chatglm6b", 6e9),
+    # no size: a version, a dotted number
+    ("openchat/openchat_3.5", None), ("gpt2", None), ("model-v1.5b", None),
+])
+def test_the_parameter_count_a_model_s_name_states(name: str, params: float | None) -> None:
+    assert params_from_name(name) == params
