@@ -431,14 +431,15 @@ class Matcher:
         if not (logged or self._exception_shown):
             # the paste ends inside a traceback: its frames are all there is to read, and the
             # innermost one says where it stopped. A traceback whose innermost reading is not
-            # about memory (ranks waiting in a collective) is that failure: the memory
+            # about memory (ranks waiting in a collective) is that failure, and so is one the
+            # user names in words ("fails due to a NCCL error: invalid usage"): the memory
             # readings of the frames that led there (the profile run's) are set aside.
             problems = self.compiled.kb.problems
             read = [(line, phase, found) for line, waiting, phase in cut
                     if (found := [cs for cs in waiting
                                   if self._applies(cs, line.text, line.no, phase)])]
-            if read and any(not cs.of_cause and not problems[cs.owner].memory_problem
-                            for cs in read[-1][2]):
+            if read and (any(not cs.of_cause and not problems[cs.owner].memory_problem
+                             for cs in read[-1][2]) or self._other_failure_named()):
                 read = [(line, phase, kept) for line, phase, found in read
                         if (kept := [cs for cs in found if cs.of_cause
                                      or not problems[cs.owner].memory_problem])]

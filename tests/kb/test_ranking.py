@@ -126,6 +126,20 @@ def test_a_cut_traceback_is_read_at_its_innermost_frame() -> None:
     assert collective == ["nccl-failure"]
 
 
+def test_a_cut_traceback_does_not_outweigh_the_error_the_user_names() -> None:
+    """vllm#16761: the user names the error ("the engine fails to initialize due to a NCCL
+    error: invalid usage") above a traceback cut inside the KV-cache set-up: the frames'
+    memory reading is set aside, as when the innermost frame is not about memory."""
+    said = ("When attempting to serve Qwen2.5-vl or Intern-vl model using vLLM with tensor "
+            "parallelism (--tensor-parallel-size 4), the engine fails to initialize due to a "
+            "NCCL error: invalid usage.\n\n")
+    kb = load_kb()
+    alone = [p.id for p in diagnose(Evidence(text=CUT_IN_PROFILING), kb).problems]
+    assert alone and alone[0] in MEMORY
+    named = [p.id for p in diagnose(Evidence(text=said + CUT_IN_PROFILING), kb).problems]
+    assert named == ["nccl-failure"]
+
+
 def test_words_about_speed_do_not_hide_an_oom_said_in_the_same_sentence(
         compiled: CompiledKB) -> None:
     """ms-swift#4594: 'GPU memory blows up with vLLM; without vLLM training works, but slowly'.
