@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import textwrap
 from pathlib import Path
 
@@ -316,3 +317,34 @@ def test_an_unknown_phrase_names_the_signature_line(tmp_path: Path) -> None:
     err = load_error(root)
     assert err.line == 8
     assert "unknown phrase <<cache_ful>> (kb.yaml phrases: cache_full)" in err.message
+
+
+def test_a_cached_kb_follows_an_edit_of_its_files(tmp_path: Path) -> None:
+    """The cache is named by the files' sizes and times: a site's edit is read on the next
+    start, and an unchanged KB comes from the cache, content hash and all."""
+    shipped = make_kb(tmp_path)
+    site = tmp_path / "site" / "problems"
+    site.mkdir(parents=True)
+    override = site / "demo.yaml"
+    override.write_text(PROBLEM.replace("revision: 1", "revision: 2")
+                        .replace("title: Demo", "title: Site demo"))
+    first = load_kb(roots=[shipped, tmp_path / "site"])
+    again = load_kb(roots=[shipped, tmp_path / "site"])
+    assert again.problems["demo-problem"].title == "Site demo"
+    assert again.content_hash == first.content_hash
+    override.write_text(PROBLEM.replace("revision: 1", "revision: 2")
+                        .replace("title: Demo", "title: Edited demo"))
+    edited = load_kb(roots=[shipped, tmp_path / "site"])
+    assert edited.problems["demo-problem"].title == "Edited demo"
+    assert edited.content_hash != first.content_hash
+
+
+def test_a_cache_of_other_classes_is_not_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Unpickling fills a frozen dataclass's fields by position: a cache written by a version
+    whose KB classes had other fields is named differently, so it is never loaded."""
+    from bot.kb import loader, schema
+
+    before = loader._cache_path("0" * 16)
+    monkeypatch.setattr(schema, "Added", dataclasses.make_dataclass("Added", ["field"]),
+                        raising=False)
+    assert loader._cache_path("0" * 16) != before
