@@ -15,7 +15,8 @@ BOT = Path(__file__).resolve().parent.parent / "bot"
 
 # Lowest first. A module may import modules of its own layer or of the layers below.
 LAYERS: list[tuple[str, ...]] = [
-    ("bot", "bot.lazyre", "bot.fmt", "bot.configfile", "bot.fingerprint", "bot.schema"),
+    ("bot", "bot.lazyre", "bot.fmt", "bot.configfile", "bot.fingerprint", "bot.schema",
+     "bot.pickled"),
     ("bot.evidence",),
     ("bot.kb",),
     ("bot.sizing",),

@@ -5,9 +5,8 @@ knowledge/ (problems/, causes/, examples/). An entry with the same id and a high
 replaces the shipped one; the same id at the same revision twice is an error.
 
 The loaded KB carries a content hash over every file it read; diagnoses record it. The loaded
-KB is cached (pickled), named by its files' sizes and times and by the layout of the classes it
-holds, so `inferbot diagnose` does not parse YAML on every run, and a cache written by another
-version of the code is never read into classes whose fields differ.
+KB is kept between runs (bot.pickled), named by its files' sizes and times, so `inferbot
+diagnose` does not parse YAML on every run.
 """
 
 from __future__ import annotations
@@ -15,8 +14,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
-import pickle
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +35,7 @@ from bot.kb.schema import (
     template_fields,
 )
 from bot.lazyre import lazy
+from bot.pickled import kept
 
 if TYPE_CHECKING:
     from bot.kb.yamlio import Doc
@@ -121,23 +119,11 @@ def _stat_key(roots: list[Path]) -> str:
     return h.hexdigest()[:16]
 
 
-def _layout() -> str:
-    """The fields of every class a cached KB holds. Unpickling a frozen dataclass fills its
-    fields by position, so a cache written before a field was added or moved would load
-    without error into the wrong fields; its name must change with the classes."""
+def _cached_classes() -> list[type]:
     from bot.kb import schema
 
-    classes = [KB, Origin, *(v for v in vars(schema).values()
-                             if isinstance(v, type) and dataclasses.is_dataclass(v))]
-    text = ";".join(f"{c.__qualname__}:{','.join(f.name for f in dataclasses.fields(c))}"
-                    for c in classes)
-    return hashlib.sha256(text.encode()).hexdigest()[:8]
-
-
-def _cache_path(digest: str) -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    tag = f"py{sys.version_info.major}{sys.version_info.minor}-f{CACHE_FORMAT}-{_layout()}"
-    return Path(base) / "inferbot" / f"kb-{digest}-{tag}.pickle"
+    return [KB, Origin, *(v for v in vars(schema).values()
+                          if isinstance(v, type) and dataclasses.is_dataclass(v))]
 
 
 def load_kb(extra: str | None = None, use_cache: bool = True, *,
@@ -146,26 +132,10 @@ def load_kb(extra: str | None = None, use_cache: bool = True, *,
     INFERBOT_KB_PATH), or exactly `roots` when given (the first holds kb.yaml), as a test or a
     tool uses a KB of its own. Raises KBError (file and line) on the first structural problem."""
     roots = list(roots) if roots is not None else kb_roots(extra)
-    cache = _cache_path(_stat_key(roots)) if use_cache else None
-    if cache is not None and cache.is_file():
-        try:
-            with cache.open("rb") as fh:
-                kb = pickle.load(fh)
-            if isinstance(kb, KB):
-                return kb
-        except Exception:  # a stale or torn cache file is only a slower start
-            pass
-    kb = _load(roots, content_hash(roots))
-    if cache is not None:
-        try:
-            cache.parent.mkdir(parents=True, exist_ok=True)
-            tmp = cache.with_suffix(f".{os.getpid()}.tmp")
-            with tmp.open("wb") as fh:
-                pickle.dump(kb, fh, protocol=pickle.HIGHEST_PROTOCOL)
-            tmp.replace(cache)
-        except OSError:
-            pass
-    return kb
+    if not use_cache:
+        return _load(roots, content_hash(roots))
+    return kept("kb", f"{_stat_key(roots)}-f{CACHE_FORMAT}", _cached_classes(),
+                lambda: _load(roots, content_hash(roots)), lambda found: isinstance(found, KB))
 
 
 def _load(roots: list[Path], digest: str) -> KB:

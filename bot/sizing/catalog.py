@@ -13,10 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import pickle
 import re
-import sys
 from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
@@ -24,6 +21,7 @@ from typing import Any, ClassVar, Literal
 
 from bot.kb.loader import SHIPPED
 from bot.lazyre import lazy
+from bot.pickled import kept
 
 _FORBID: dict[str, Any] = {"extra": "forbid"}
 
@@ -182,45 +180,24 @@ def _model_keys(name: str) -> tuple[str, str]:
     return k, _VARIANT.sub("", k)
 
 
-def _cache_file(digest: str) -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    tag = f"py{sys.version_info.major}{sys.version_info.minor}"
-    return Path(base) / "inferbot" / f"catalog-{digest}-{tag}.pickle"
-
-
 @cache
 def _catalog(root: Path) -> tuple[dict[str, ModelSpec], dict[str, GpuSpec]]:
-    """Both catalogs, validated once per content: later starts read a pickle keyed by the
-    files' hash (as the KB does), so sizing adds no YAML or pydantic cost to a diagnosis."""
+    """Both catalogs, validated once per content and kept between runs (bot.pickled), so
+    sizing adds no YAML or pydantic cost to a diagnosis."""
     files = [*sorted((root / "models").glob("*.yaml")), root / "gpus.yaml"]
     h = hashlib.sha256()
     for path in files:
         h.update(str(path.relative_to(root)).encode() + b"\0")
         h.update((path.read_bytes() if path.is_file() else b"") + b"\0")
-    cache_file = _cache_file(h.hexdigest()[:16])
-    try:
-        with cache_file.open("rb") as fh:
-            cached = pickle.load(fh)
-        if isinstance(cached, tuple) and len(cached) == 2:
-            return cached
-    except Exception:  # absent, stale or torn: only a slower start
-        pass
-    model_table: dict[str, ModelSpec] = {}
-    from bot.kb.yamlio import load  # only on a cache miss
 
-    for path in files[:-1]:
-        spec = load(path).validate(ModelSpec)
-        model_table[spec.id] = spec
-    gpu_table = {g.id: g for g in load(files[-1]).validate(GpuCatalog).gpus}
-    try:
-        cache_file.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache_file.with_suffix(f".{os.getpid()}.tmp")
-        with tmp.open("wb") as fh:
-            pickle.dump((model_table, gpu_table), fh, protocol=pickle.HIGHEST_PROTOCOL)
-        tmp.replace(cache_file)
-    except OSError:
-        pass
-    return model_table, gpu_table
+    def build() -> tuple[dict[str, ModelSpec], dict[str, GpuSpec]]:
+        from bot.kb.yamlio import load  # only on a cache miss
+
+        models = {spec.id: spec for spec in (load(p).validate(ModelSpec) for p in files[:-1])}
+        return models, {g.id: g for g in load(files[-1]).validate(GpuCatalog).gpus}
+
+    return kept("catalog", h.hexdigest()[:16], [ModelSpec, GpuSpec, GpuCatalog], build,
+                lambda found: isinstance(found, tuple) and len(found) == 2)
 
 
 def models(root: Path = SHIPPED) -> dict[str, ModelSpec]:
