@@ -4,7 +4,9 @@ The KB and the sizing catalogs are YAML validated by pydantic; doing that on eve
 `inferbot diagnose` would cost more than the diagnosis. What was built is kept under a key
 that names its source (file sizes and times, or a content hash) and the fields of the classes
 it holds: unpickling a frozen dataclass fills its fields by position, so a pickle written by a
-version whose classes had other fields must never be read back.
+version whose classes had other fields must never be read back. Sources are named by their
+files' sizes and modification times, not their content: reading every file to hash it would
+cost a cached start more than unpickling does.
 """
 
 from __future__ import annotations
@@ -19,6 +21,19 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+
+
+def files_key(files: Iterable[Path]) -> str:
+    """A short digest of each file's path, size and modification time (to the nanosecond, so
+    an edit changes it); a missing file counts as such."""
+    h = hashlib.sha256()
+    for path in files:
+        try:
+            st = path.stat()
+            h.update(f"{path}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+        except OSError:
+            h.update(f"{path}\0-\0".encode())
+    return h.hexdigest()[:16]
 
 
 def layout(classes: Iterable[type]) -> str:

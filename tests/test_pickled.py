@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.pickled import kept
+from bot.pickled import files_key, kept
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -59,3 +59,15 @@ def test_a_torn_or_foreign_pickle_is_rebuilt(monkeypatch: pytest.MonkeyPatch,
     again = kept("t", "k3", [Spec], _keeper(built), lambda f: isinstance(f, Spec))
     assert again == Spec("llama", 8)
     assert built == ["built", "built"]
+
+
+def test_the_files_key_follows_an_edit_and_a_missing_file(tmp_path: Path) -> None:
+    spec = tmp_path / "gpus.yaml"
+    spec.write_text("gpus: []\n")
+    first = files_key([spec])
+    assert files_key([spec]) == first
+    spec.write_text("gpus: [h100]\n")
+    edited = files_key([spec])
+    assert edited != first
+    spec.unlink()
+    assert files_key([spec]) not in (first, edited)  # read as missing, no error

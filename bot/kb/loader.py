@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bot.configfile import raw_setting
+from bot.kb import schema
 from bot.kb.errors import KBError
 from bot.kb.safety import derive_anchor
 from bot.kb.schema import (
@@ -35,7 +36,7 @@ from bot.kb.schema import (
     template_fields,
 )
 from bot.lazyre import lazy
-from bot.pickled import kept
+from bot.pickled import files_key, kept
 
 if TYPE_CHECKING:
     from bot.kb.yamlio import Doc
@@ -106,22 +107,7 @@ def content_hash(roots: list[Path]) -> str:
     return h.hexdigest()[:16]
 
 
-def _stat_key(roots: list[Path]) -> str:
-    """What names a cached KB: each file's path, size and modification time. Reading every
-    file to hash it would cost a cached start more than unpickling the KB does; an edit changes
-    the time (to the nanosecond), and the content hash is still computed whenever the KB is
-    built from its files."""
-    h = hashlib.sha256()
-    for root in roots:
-        for path in _files(root):
-            st = path.stat()
-            h.update(f"{path.relative_to(root)}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
-    return h.hexdigest()[:16]
-
-
 def _cached_classes() -> list[type]:
-    from bot.kb import schema
-
     return [KB, Origin, *(v for v in vars(schema).values()
                           if isinstance(v, type) and dataclasses.is_dataclass(v))]
 
@@ -134,7 +120,8 @@ def load_kb(extra: str | None = None, use_cache: bool = True, *,
     roots = list(roots) if roots is not None else kb_roots(extra)
     if not use_cache:
         return _load(roots, content_hash(roots))
-    return kept("kb", f"{_stat_key(roots)}-f{CACHE_FORMAT}", _cached_classes(),
+    key = files_key(path for root in roots for path in _files(root))
+    return kept("kb", f"{key}-f{CACHE_FORMAT}", _cached_classes(),
                 lambda: _load(roots, content_hash(roots)), lambda found: isinstance(found, KB))
 
 

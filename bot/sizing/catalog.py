@@ -11,7 +11,6 @@ held in stdlib dataclasses so that importing this module costs `inferbot diagnos
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from dataclasses import dataclass, field, replace
@@ -21,7 +20,7 @@ from typing import Any, ClassVar, Literal
 
 from bot.kb.loader import SHIPPED
 from bot.lazyre import lazy
-from bot.pickled import kept
+from bot.pickled import files_key, kept
 
 _FORBID: dict[str, Any] = {"extra": "forbid"}
 
@@ -182,13 +181,9 @@ def _model_keys(name: str) -> tuple[str, str]:
 
 @cache
 def _catalog(root: Path) -> tuple[dict[str, ModelSpec], dict[str, GpuSpec]]:
-    """Both catalogs, validated once per content and kept between runs (bot.pickled), so
-    sizing adds no YAML or pydantic cost to a diagnosis."""
+    """Both catalogs, validated once and kept between runs (bot.pickled), so sizing adds no
+    YAML or pydantic cost to a diagnosis."""
     files = [*sorted((root / "models").glob("*.yaml")), root / "gpus.yaml"]
-    h = hashlib.sha256()
-    for path in files:
-        h.update(str(path.relative_to(root)).encode() + b"\0")
-        h.update((path.read_bytes() if path.is_file() else b"") + b"\0")
 
     def build() -> tuple[dict[str, ModelSpec], dict[str, GpuSpec]]:
         from bot.kb.yamlio import load  # only on a cache miss
@@ -196,7 +191,7 @@ def _catalog(root: Path) -> tuple[dict[str, ModelSpec], dict[str, GpuSpec]]:
         models = {spec.id: spec for spec in (load(p).validate(ModelSpec) for p in files[:-1])}
         return models, {g.id: g for g in load(files[-1]).validate(GpuCatalog).gpus}
 
-    return kept("catalog", h.hexdigest()[:16], [ModelSpec, GpuSpec, GpuCatalog], build,
+    return kept("catalog", files_key(files), [ModelSpec, GpuSpec, GpuCatalog], build,
                 lambda found: isinstance(found, tuple) and len(found) == 2)
 
 
