@@ -14,19 +14,19 @@ file that does not exist yet is not created.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import ValidationError
 
 from bot.config import CONFIG_VARIABLE, Settings, config_file, env_names, invalid_settings
+from bot.structs import struct
 
 Level = Literal["ok", "warn", "fail"]
 SLACK_TIMEOUT_S = 5
 
 
-@dataclass(frozen=True)
+@struct(frozen=True)
 class Finding:
     """One line of the report: what was checked, and what to change when it is not ok."""
 

@@ -16,10 +16,10 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from bot.lazyre import lazy
+from bot.structs import struct
 
 # Enough to carry any real error line; the rest is noise for grouping and bounds regex time.
 MAX_SIGNATURE_CHARS = 1000
@@ -75,7 +75,7 @@ def mask_line(line: str) -> str:
     return _SPACE.sub(" ", s).strip()
 
 
-@dataclass(frozen=True, slots=True)
+@struct(frozen=True, slots=True)
 class Fingerprint:
     """Which incident a diagnosis is: the digest, and the normalised inputs it was taken from
     (the top problem, its masked signature line, the host and the model, case-folded, "" where

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, Literal, TypeVar
 
 from bot.errors import one_line
 from bot.schema import CommandRun, Diagnosis, Evidence, Fix, Source, parse
+from bot.structs import struct
 
 if TYPE_CHECKING:
     from bot.collect.inventory import Inventory
@@ -35,7 +35,7 @@ T = TypeVar("T")
 Origin = Literal["cli", "slack"]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@struct(frozen=True, slots=True, kw_only=True)
 class Asker:
     """Who asked, and from where: a login at the terminal, or a Slack user in a channel (and
     thread). Chat requests carry their channel; the terminal has none."""
@@ -62,7 +62,7 @@ class StoreDown(Exception):
 # --------------------------------------------------------------------------- recording
 
 
-@dataclass(frozen=True, slots=True)
+@struct(frozen=True, slots=True)
 class Stored:
     """The incident is in the store, with what the store knows of the failure before."""
 
@@ -71,14 +71,14 @@ class Stored:
     history: History
 
 
-@dataclass(frozen=True, slots=True)
+@struct(frozen=True, slots=True)
 class Spooled:
     """The database is down: the incident waits in the spool and is stored when it is back."""
 
     warning: str
 
 
-@dataclass(frozen=True, slots=True)
+@struct(frozen=True, slots=True)
 class NotStored:
     """Recording failed for another reason (one line); the answer was given all the same."""
 
@@ -88,7 +88,7 @@ class NotStored:
 Recorded = Stored | Spooled | NotStored
 
 
-@dataclass(slots=True)
+@struct(slots=True)
 class Answer:
     """A diagnosis and what became of its record (None: not to be stored)."""
 
@@ -151,7 +151,7 @@ def diagnose_and_record(paste: str | BinaryIO, asker: Asker, kb: KB, *,
     return Answer(d, record(d, asker, settings=settings) if store else None)
 
 
-@dataclass(frozen=True, slots=True)
+@struct(frozen=True, slots=True)
 class Repeat:
     """The paste is the failure this thread was already answered for: no new incident, the
     paste counted on the first one (`pastes` in all, the first included)."""
@@ -229,7 +229,7 @@ def host_refusal(name: str, asker: Asker, inventory: Inventory | None, *,
     return None
 
 
-@dataclass(slots=True)
+@struct(slots=True)
 class HostAnswer:
     """One host: what was collected (or why not), its diagnosis and its record."""
 
@@ -300,7 +300,7 @@ def _audit(runs: Sequence[CommandRun], settings: Settings) -> None:
 # --------------------------------------------------------------------------- the store
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@struct(frozen=True, slots=True, kw_only=True)
 class HistoryQuery:
     """What `history` filters by; every field optional. `since` takes 7d, 12h, 30m, 2w or an
     ISO date; `search` words that must all appear."""
@@ -364,7 +364,7 @@ def resolve(ref: int | str | None, asker: Asker, *, fix: str, note: str | None =
         link=link, settings=settings))
 
 
-@dataclass(frozen=True, slots=True)
+@struct(frozen=True, slots=True)
 class FixWorked:
     """A fix the answer offered, recorded as what fixed its incident."""
 
@@ -389,7 +389,7 @@ def resolve_with_fix(incident_id: int, fix_id: str, asker: Asker, *,
     return FixWorked(group, command)
 
 
-@dataclass(frozen=True, slots=True)
+@struct(frozen=True, slots=True)
 class ShownIncident:
     """A stored answer to show again: its diagnosis, the history as it stands now, and who
     fixed it with what since it was posted (None: not fixed since)."""

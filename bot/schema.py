@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, ClassVar, Literal, TypeVar
 
 from bot.fingerprint import Fingerprint
+from bot.structs import struct
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -77,14 +78,14 @@ def _unit(name: str, value: float) -> None:
         raise ValueError(f"{name} must be between 0 and 1, got {value}")
 
 
-@dataclass(slots=True, kw_only=True)
+@struct(slots=True, kw_only=True)
 class Strict:
     """Base for schema types: unknown keys are errors when validated with `parse`."""
 
     __pydantic_config__: ClassVar[dict[str, Any]] = _FORBID
 
 
-@dataclass(slots=True, kw_only=True)
+@struct(slots=True, kw_only=True)
 class GpuInfo(Strict):
     """One GPU as nvidia-smi or NVML reports it. MiB as the tools print them."""
 
@@ -103,7 +104,7 @@ class GpuInfo(Strict):
     parent_index: int | None = None
 
 
-@dataclass(slots=True, kw_only=True)
+@struct(slots=True, kw_only=True)
 class GpuProcess(Strict):
     """A process holding GPU memory. `is_server` marks the inference server under diagnosis."""
 
@@ -119,7 +120,7 @@ class GpuProcess(Strict):
     source: str | None = None
 
 
-@dataclass(slots=True, kw_only=True)
+@struct(slots=True, kw_only=True)
 class Facts(Strict):
     """Numbers and settings read from the evidence. GiB are 2**30 bytes, as vLLM prints them."""
 
@@ -220,7 +221,7 @@ class Facts(Strict):
         return {k: v for k, v in to_data(self).items() if v is not None and v != []}
 
 
-@dataclass(slots=True, kw_only=True)
+@struct(slots=True, kw_only=True)
 class InputStats(Strict):
     """How much was read, so an answer can say it looked at everything (or what it skipped)."""
 
@@ -231,7 +232,7 @@ class InputStats(Strict):
     note: str | None = None
 
 
-@dataclass(slots=True, kw_only=True)
+@struct(slots=True, kw_only=True)
 class Evidence(Strict):
     """What an adapter hands the core: text (a paste, a log, a file) plus collected state.
 
@@ -250,7 +251,7 @@ class Evidence(Strict):
     notes: list[str] = field(default_factory=list)
 
 
-@dataclass(slots=True, kw_only=True)
+@struct(slots=True, kw_only=True)
 class CommandRun(Strict):
     """One command the collector ran on a host, as the audit trail keeps it (exit_code None:
     killed or timed out). The commands of one check share `run_id`."""
@@ -265,8 +266,9 @@ class CommandRun(Strict):
     who: str | None = None
 
 
-@dataclass(slots=True, kw_only=True)
+@struct(slots=True, kw_only=True)
 class ProblemMatch(Strict):
+    """A problem the evidence names: how sure, the lines that show it, the phase at them."""
     id: str
     title: str
     confidence: float
@@ -283,8 +285,9 @@ class ProblemMatch(Strict):
         _unit("confidence", self.confidence)
 
 
-@dataclass(slots=True, kw_only=True)
+@struct(slots=True, kw_only=True)
 class CauseMatch(Strict):
+    """A possible root cause of the top problem, with the fact or line that supports it."""
     id: str
     title: str
     confidence: float
@@ -296,7 +299,7 @@ class CauseMatch(Strict):
         _unit("confidence", self.confidence)
 
 
-@dataclass(slots=True, kw_only=True)
+@struct(slots=True, kw_only=True)
 class CauseRef(Strict):
     """A cause named without its evidence: not ruled out, not shown among the ranked ones."""
 
@@ -304,7 +307,7 @@ class CauseRef(Strict):
     title: str
 
 
-@dataclass(slots=True, kw_only=True)
+@struct(slots=True, kw_only=True)
 class Fix(Strict):
     """A command the user can paste, with the computed value and what it will change."""
 
@@ -330,7 +333,7 @@ class Fix(Strict):
     env: list[str] | None = None
 
 
-@dataclass(slots=True, kw_only=True)
+@struct(slots=True, kw_only=True)
 class WithheldFix(Strict):
     """A fix the KB lists that cannot work here, and why (shown so nobody tries it anyway)."""
 
@@ -339,7 +342,7 @@ class WithheldFix(Strict):
     reason: str
 
 
-@dataclass(slots=True, kw_only=True)
+@struct(slots=True, kw_only=True)
 class SizingFigures(Strict):
     """The arithmetic's working figures for one rank, beside Sizing's headline numbers: the
     terms of the budget as worked out, and what each knob would change (the what-ifs, in JSON
@@ -394,7 +397,7 @@ class SizingFigures(Strict):
                 if (value := getattr(self, f.name)) is not None or f.name not in self.WHAT_IFS}
 
 
-@dataclass(slots=True, kw_only=True)
+@struct(slots=True, kw_only=True)
 class Sizing(Strict):
     """The memory arithmetic. Renderers show what is present; `extra` holds the working
     figures and the what-ifs (SizingFigures)."""
@@ -414,14 +417,15 @@ class Sizing(Strict):
     extra: SizingFigures = field(default_factory=SizingFigures)
 
 
-@dataclass(slots=True, kw_only=True)
+@struct(slots=True, kw_only=True)
 class GuideStep(Strict):
+    """One step of the KB's guide: a title, the command to run, why."""
     title: str
     command: str | None = None
     explain: str | None = None
 
 
-@dataclass(slots=True, kw_only=True)
+@struct(slots=True, kw_only=True)
 class Guide(Strict):
     """The KB's prose for the top problem: how to confirm, what to run, how to prevent it."""
 
@@ -434,7 +438,7 @@ class Guide(Strict):
     affects: str = ""  # which engines, versions and set-ups the problem concerns
 
 
-@dataclass(slots=True, kw_only=True)
+@struct(slots=True, kw_only=True)
 class Raised(Strict):
     """The Python exception a paste that matched no known problem ends with."""
 
@@ -443,7 +447,7 @@ class Raised(Strict):
     package: str | None = None  # the installed package whose frame raised it; "" your code
 
 
-@dataclass(slots=True, kw_only=True)
+@struct(slots=True, kw_only=True)
 class AnswerLine(Strict):
     """A line of the answer as the terminal prints it."""
 
@@ -451,7 +455,7 @@ class AnswerLine(Strict):
     kind: Literal["text", "command", "quote"] = "text"  # command: to copy; quote: a log line
 
 
-@dataclass(slots=True, kw_only=True)
+@struct(slots=True, kw_only=True)
 class AnswerSection(Strict):
     """One section of the answer, in reading order (bot.render.present)."""
 
@@ -461,7 +465,7 @@ class AnswerSection(Strict):
     lines: list[AnswerLine] = field(default_factory=list)
 
 
-@dataclass(slots=True, kw_only=True)
+@struct(slots=True, kw_only=True)
 class Presented(Strict):
     """The answer as the terminal and Slack show it: the same sections, the same words."""
 
@@ -469,7 +473,7 @@ class Presented(Strict):
     sections: list[AnswerSection] = field(default_factory=list)
 
 
-@dataclass(slots=True, kw_only=True)
+@struct(slots=True, kw_only=True)
 class Diagnosis(Strict):
     """The core's answer. `to_json(diagnosis)` is the JSON contract."""
 

@@ -16,7 +16,7 @@ BOT = Path(__file__).resolve().parent.parent / "bot"
 # Lowest first. A module may import modules of its own layer or of the layers below.
 LAYERS: list[tuple[str, ...]] = [
     ("bot", "bot.lazyre", "bot.fmt", "bot.configfile", "bot.fingerprint", "bot.schema",
-     "bot.pickled"),
+     "bot.pickled", "bot.structs"),
     ("bot.evidence",),
     ("bot.kb",),
     ("bot.sizing",),

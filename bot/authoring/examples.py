@@ -8,7 +8,6 @@ diagnosis reads a paste (rebuilt into logical lines first).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -20,12 +19,13 @@ from bot.kb.loader import KB
 from bot.kb.match import CompiledKB, Matcher
 from bot.kb.schema import Example
 from bot.kb.yamlio import load
+from bot.structs import struct
 
 if TYPE_CHECKING:
     from bot.schema import Diagnosis
 
 
-@dataclass(frozen=True)
+@struct(frozen=True)
 class ExampleResult:
     problem_id: str  # the problem or cause the example set tests
     kind: str  # "match" | "near_miss"

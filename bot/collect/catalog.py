@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import re
 import shlex
-from dataclasses import dataclass
+
+from bot.structs import struct
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -40,7 +41,7 @@ class UnsafeValue(ValueError):
     """A value that does not fit its pattern; the command is not built."""
 
 
-@dataclass(frozen=True, slots=True)
+@struct(frozen=True, slots=True)
 class Command:
     """One catalog entry: an id for the audit trail, an argv, and its bounds."""
 

@@ -20,16 +20,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
 from bot.lazyre import LazyPattern
 from bot.schema import Facts, GpuInfo, GpuProcess, field_names
+from bot.structs import struct
 
 _FACT_NAMES = frozenset(field_names(Facts)) - {"gpus", "processes"}
 
 
-@dataclass(frozen=True, slots=True)
+@struct(frozen=True, slots=True)
 class Line:
     """A normalised line: ANSI colours, Slack entities, CR and code fences removed; bounded."""
 
@@ -37,7 +37,7 @@ class Line:
     text: str
 
 
-@dataclass(frozen=True, slots=True, eq=False)  # one object per pattern: compared by identity
+@struct(frozen=True, slots=True, eq=False)  # one object per pattern: compared by identity
 class Probe:
     """A pattern a consumer runs on a family's lines, and which of the lines it matches the
     consumer must be offered: the `first` few and the `last` few between two other offered
@@ -52,7 +52,7 @@ class Probe:
     peak: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@struct(frozen=True, slots=True)
 class Fold:
     """How a consumer reads a line: what in it can change the reading, declared as literals.
 

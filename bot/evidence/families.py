@@ -18,8 +18,9 @@ template allows is not of the family and is read as any other line.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from functools import cached_property
+
+from bot.structs import struct
 
 # What each field may hold (bytes patterns). `tag` and `src` are the prefixes vLLM's logger
 # and Ray's process tags put on a line, as bot.evidence.paste reads them.
@@ -42,7 +43,7 @@ FIELDS: dict[str, str] = {
 _FIELD = re.compile(r"\{(\w+)\}")
 
 
-@dataclass(frozen=True)
+@struct(frozen=True)
 class Family:
     """A line shape: literal text with `{field}` slots (FIELDS), real lines it matches and
     lines it must not."""

@@ -29,7 +29,7 @@ from __future__ import annotations
 import re
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from itertools import accumulate, chain, compress, pairwise, repeat
 from operator import add, itemgetter, methodcaller, not_, sub
 from typing import Any, NamedTuple, Protocol
@@ -42,6 +42,7 @@ from bot.evidence.families import Family
 from bot.evidence.literals import literal_prefix, required_literals
 from bot.evidence.text import MAX_LINE_CHARS
 from bot.evidence.units import convert
+from bot.structs import struct
 
 # What makes normalize_line change a line: such a line is read one by one. The single bytes
 # are looked for in the chunk (memchr); the others are needles of the key automaton (which
@@ -64,7 +65,7 @@ class Reader(Protocol):
     def follow(self) -> int: ...
 
 
-@dataclass
+@struct
 class Found:
     """The family lines of one chunk, and the text the anchor search reads instead."""
 
@@ -122,7 +123,7 @@ class _Needled:
         return found
 
 
-@dataclass
+@struct
 class _Literals:
     """A family's literals outside its constant text, looked for in its lower-cased lines; a
     literal that is not case-insensitive is then checked in the line's own casing."""
@@ -131,7 +132,7 @@ class _Literals:
     entries: list[tuple[tuple[bytes, bool, tuple[_Act, ...]], ...]]  # (literal, exact, acts)
 
 
-@dataclass
+@struct
 class _Plan:
     """How one family's lines are offered (computed once per scan, on its first line)."""
 
@@ -145,8 +146,9 @@ class _Plan:
     prefilters: tuple[tuple[_Needled, list[tuple[int, ...]], bool], ...] = ()
 
 
-@dataclass
+@struct
 class _Selection:
+    """Which lines of a chunk each folded family must still read one by one."""
     lines: list[set[int]] = field(default_factory=list)  # per family: offered to `folding`
     extra: dict[int, dict[int, int]] = field(default_factory=dict)  # line start -> consumers
     marked: set[int] = field(default_factory=set)  # consumers a line left a state of its own

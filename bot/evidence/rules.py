@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 
 from bot.evidence.base import FactSink, Fold, Line, Probe
 from bot.evidence.units import convert, put
 from bot.lazyre import LazyPattern, lazy
+from bot.structs import struct
 
 
-@dataclass(frozen=True, slots=True)
+@struct(frozen=True, slots=True)
 class Rule:
+    """A fact read by a regex: the keyword it sets and how it merges with earlier values."""
     keyword: str
     pattern: LazyPattern
     # Lowest priority: only fills a fact nothing else has set (a hint, a guess from a path).

@@ -19,7 +19,6 @@ import gc
 import io
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import BinaryIO, Protocol
 
 from ahocorasick_rs import BytesAhoCorasick, Implementation
@@ -29,6 +28,7 @@ from bot.evidence.base import FactSink, Line
 from bot.evidence.families import FAMILIES, Family
 from bot.evidence.fold import Folder
 from bot.evidence.text import MAX_LINE_CHARS, normalize_line
+from bot.structs import struct
 
 CHUNK = 4 * 1024 * 1024
 SNIFF = 64 * 1024
@@ -54,8 +54,10 @@ def folded_anchors(consumer: Consumer) -> tuple[str, ...]:
     return tuple(getattr(consumer, "folded_anchors", ()))
 
 
-@dataclass
+@struct
 class ScanStats:
+    """Size and shape of the input, reported with the diagnosis (bytes, lines, binary, overlong
+    lines)."""
     bytes: int = 0
     lines: int = 0
     binary: bool = False

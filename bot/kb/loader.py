@@ -15,7 +15,7 @@ import dataclasses
 import hashlib
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -37,6 +37,7 @@ from bot.kb.schema import (
 )
 from bot.lazyre import lazy
 from bot.pickled import files_key, kept
+from bot.structs import struct
 
 if TYPE_CHECKING:
     from bot.kb.yamlio import Doc
@@ -53,14 +54,16 @@ SHIPPED = _shipped()
 CACHE_FORMAT = 4
 
 
-@dataclass
+@struct
 class Origin:
+    """Where a KB entry was defined (file and line), for errors that point at it."""
     path: str
     line: int | None
 
 
-@dataclass
+@struct
 class KB:
+    """The validated knowledge base, as loaded from files or the cache."""
     meta: KBMeta
     content_hash: str
     problems: dict[str, Problem]

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from functools import cached_property
 from typing import NamedTuple
 
@@ -31,6 +31,7 @@ from bot.kb.phase import TRACEBACK, PhaseMarkers, PhaseTracker
 from bot.kb.schema import Signature
 from bot.lazyre import LazyPattern
 from bot.schema import ProblemMatch
+from bot.structs import struct
 
 KIND_RANK = {"error": 4, "warning": 3, "prose": 2, "info": 1}
 MAX_EVIDENCE = 5
@@ -79,8 +80,9 @@ def _starts_word(text: str, start: int) -> bool:
     return not (before.isascii() and before.isalnum())
 
 
-@dataclass(frozen=True)
+@struct(frozen=True)
 class CompiledSignature:
+    """A signature ready to match: its regexes, anchors and context lines resolved."""
     owner: str  # the problem or cause id
     of_cause: bool
     sig: Signature
@@ -101,8 +103,9 @@ class SignatureHit(NamedTuple):
     at: int = 0  # where in the line the signature matched
 
 
-@dataclass
+@struct
 class _ProblemHits:
+    """What one problem's signatures matched so far while a paste is read."""
     best_kind: int = 0
     best_weight: float = 0.0
     last_line: int = 0
@@ -228,7 +231,7 @@ class CompiledKB:
                     whole_any_case=tuple(dict.fromkeys(any_case)), marks=tuple(marks))
 
 
-@dataclass(frozen=True)
+@struct(frozen=True)
 class _AnyOf:
     """A signature's `with_any`: one of these must match the line too."""
 

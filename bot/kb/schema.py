@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import re
 import string
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, ClassVar, Literal
 
 from bot.kb.safety import UnsafePattern, check_linear, derive_anchor
+from bot.structs import struct
 
 KEBAB = re.compile(r"[a-z0-9]{1,40}(?:-[a-z0-9]{1,40}){0,12}")
 SNAKE = re.compile(r"[a-z][a-z0-9_]{0,63}")
@@ -67,12 +68,14 @@ def template_fields(template: str) -> list[str]:
     return names
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@struct(frozen=True, slots=True, kw_only=True)
 class KBModel:
+    """Base of the KB's file types: frozen, and unknown keys are errors when a file is validated."""
+
     __pydantic_config__: ClassVar[dict[str, Any]] = _FORBID
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@struct(frozen=True, slots=True, kw_only=True)
 class Context(KBModel):
     """Lines that must (or must not) appear shortly before a signature line for it to count.
 
@@ -93,8 +96,10 @@ class Context(KBModel):
                     raise ValueError(f"{key}: pattern {v!r} needs a literal of 3+ characters")
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@struct(frozen=True, slots=True, kw_only=True)
 class Signature(KBModel):
+    """A line (or a person's phrase) that shows a problem or a cause: a linear-time regex and its
+    weight."""
     id: str
     pattern: str
     # error/warning/info: a log line at that level. prose: a person's words ("cuda out of
@@ -185,7 +190,7 @@ def _literal(key: str, value: str) -> None:
         raise ValueError(f"{key}: {value!r} needs 3+ bytes and no < > & or newlines")
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@struct(frozen=True, slots=True, kw_only=True)
 class Phase(KBModel):
     """A stage of a server's life, told by the traceback above an error or the log before it.
 
@@ -218,7 +223,7 @@ class Phase(KBModel):
                 raise ValueError(f"said: {v!r} must be lower case (matched ignoring case)")
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@struct(frozen=True, slots=True, kw_only=True)
 class PhaseSet(KBModel):
     """knowledge/phases.yaml. Order matters: when a traceback shows frames of several phases
     (CUDA-graph capture runs a dummy forward pass, the V0 profile run calls execute_model),
@@ -234,20 +239,22 @@ class PhaseSet(KBModel):
             raise ValueError(f"phases: duplicate id in {ids}")
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@struct(frozen=True, slots=True, kw_only=True)
 class Diagnostic(KBModel):
+    """A read-only command that confirms a problem, with what its output means."""
     title: str
     command: str | None = None
     explain: str | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@struct(frozen=True, slots=True, kw_only=True)
 class FAQ(KBModel):
+    """A question on-call engineers ask about a problem, and its answer."""
     q: str
     a: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@struct(frozen=True, slots=True, kw_only=True)
 class Claim(KBModel):
     """A match of `problem` that the paste could not place in a phase belongs to this problem
     when condition `when` holds: an OOM with no frames, on weights that cannot fit the GPU,
@@ -262,8 +269,9 @@ class Claim(KBModel):
             raise ValueError(f"when: {self.when!r} must be a snake_case condition name")
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@struct(frozen=True, slots=True, kw_only=True)
 class Problem(KBModel):
+    """A symptom family (what the log shows): its signatures, its causes, its guide."""
     id: str
     revision: int
     title: str
@@ -305,8 +313,9 @@ class Problem(KBModel):
             raise ValueError("signatures: a problem needs at least one signature")
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@struct(frozen=True, slots=True, kw_only=True)
 class FixTemplate(KBModel):
+    """A fix as a command template whose `{name}` placeholders are filled from computed values."""
     id: str
     title: str
     engine: Literal["vllm", "sglang", "tgi", "lmdeploy", "any"] = "vllm"
@@ -330,7 +339,7 @@ class FixTemplate(KBModel):
                 raise ValueError(f"{key}: {exc}") from None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@struct(frozen=True, slots=True, kw_only=True)
 class Support(KBModel):
     """One kind of evidence for a cause and how strongly it points there (`score`): a named
     condition over the facts (`when`, e.g. other_process_memory), or a signature that matched
@@ -350,7 +359,7 @@ class Support(KBModel):
         _range("score", self.score, 0.05, 0.99)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@struct(frozen=True, slots=True, kw_only=True)
 class Cause(KBModel):
     """A root cause. Its score is evidence, not opinion: the strongest `supports` entry that
     holds (with a little for each further one), 0 when a `rules_out` condition holds, and the
@@ -381,7 +390,7 @@ class Cause(KBModel):
 FactValue = str | int | float | bool
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@struct(frozen=True, slots=True, kw_only=True)
 class Example(KBModel):
     """A real excerpt. A must-match may also say what the whole answer to it holds: the
     cause ranked first, the phase the failure is placed in, facts read from it."""
@@ -411,7 +420,7 @@ class Example(KBModel):
         return self.cause is not None or self.phase is not None or bool(self.facts)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@struct(frozen=True, slots=True, kw_only=True)
 class ExampleSet(KBModel):
     """Real excerpts for one problem (must be named the top problem, or among the problems
     with `expect: any`) or for one cause's own signatures (one of them must fire); near-misses
@@ -431,7 +440,7 @@ class ExampleSet(KBModel):
         return self.problem or self.cause or ""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@struct(frozen=True, slots=True, kw_only=True)
 class Untested(KBModel):
     """knowledge/untested.yaml: signatures the examples do not yet exercise both ways (a
     must-match where the signature fires, a near-miss that reaches it and must not), each with
@@ -441,21 +450,24 @@ class Untested(KBModel):
     near_miss: dict[str, str] = field(default_factory=dict)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@struct(frozen=True, slots=True, kw_only=True)
 class ChangelogEntry(KBModel):
+    """One KB release: version, date and what changed."""
     version: str
     date: str
     changes: list[str]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@struct(frozen=True, slots=True, kw_only=True)
 class Phrase(KBModel):
+    """A named regex fragment that several signatures share, with the anchors that find it."""
     pattern: str
     anchors: list[str]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@struct(frozen=True, slots=True, kw_only=True)
 class KBMeta(KBModel):
+    """kb.yaml: the KB's version, changelog and shared phrases."""
     version: str
     changelog: list[ChangelogEntry]
     # Named regex fragments that several signatures share (the words people use for an OOM):

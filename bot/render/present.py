@@ -15,27 +15,29 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import field
 from datetime import UTC, datetime
 from typing import Literal
 
 from bot.fmt import clip, gib
 from bot.schema import Diagnosis, Facts, Fix, Sizing
+from bot.structs import struct
 
 PROSE_NOTE = "from your description, not a log line: weaker evidence"
 WHY_CHARS = 220
 Kind = Literal["text", "command", "quote"]
 
 
-@dataclass(frozen=True, slots=True)
+@struct(frozen=True, slots=True)
 class Mention:
     """A person: a Slack user id (`U0ALICE001`, shown as a mention) or a login."""
 
     user: str
 
 
-@dataclass(frozen=True, slots=True)
+@struct(frozen=True, slots=True)
 class Link:
+    """A link shown by its label (Slack renders it, the terminal prints both)."""
     url: str
     label: str
 
@@ -43,7 +45,7 @@ class Link:
 Part = str | Mention | Link
 
 
-@dataclass(frozen=True, slots=True)
+@struct(frozen=True, slots=True)
 class Line:
     """One line of a section: words with any mentions and links, and what kind of line it is
     (a command to copy, a quoted log line, or text)."""
@@ -69,15 +71,16 @@ class Line:
         return "".join(out)
 
 
-@dataclass(slots=True)
+@struct(slots=True)
 class Section:
+    """One part of an answer (headline, fix, why, numbers...), as lines of parts."""
     key: str  # what it holds: headline, history, fix, why, proof, numbers, causes, ...
     title: str  # "" on the first screen's own lines
     lines: list[Line]
     first: bool = False  # on the first screen
 
 
-@dataclass(frozen=True, slots=True)
+@struct(frozen=True, slots=True)
 class Choice:
     """A proposed fix that "This fixed it" can name: pasteable, no placeholder."""
 
@@ -85,8 +88,9 @@ class Choice:
     label: str
 
 
-@dataclass(slots=True)
+@struct(slots=True)
 class Presentation:
+    """An answer laid out once for every renderer: sections, first screen, choices."""
     title: str
     matched: bool
     sections: list[Section]
@@ -101,7 +105,7 @@ class Presentation:
         return [s for s in self.sections if not s.first]
 
 
-@dataclass(frozen=True, slots=True)
+@struct(frozen=True, slots=True)
 class History:
     """What the store knows of this failure: the line "seen 4 times in 7 days on gpu-07; last
     fixed 2 days ago by @alice with --max-model-len 32768 (thread)" is made of it."""

@@ -5,16 +5,16 @@ wrapped to the width, evidence shown whole."""
 from __future__ import annotations
 
 import textwrap
-from dataclasses import dataclass
 
 from bot.render.present import History, Line, Presentation, present
 from bot.schema import Diagnosis
+from bot.structs import struct
 
 FIRST_LINES = 12  # the first screen, history line included
 DEFAULT_WIDTH = 100
 
 
-@dataclass(frozen=True, slots=True)
+@struct(frozen=True, slots=True)
 class Style:
     """How the terminal shows emphasis: ANSI codes on a TTY (NO_COLOR unset), none piped."""
 

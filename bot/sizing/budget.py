@@ -17,7 +17,7 @@ guess as a measurement.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from bot.lazyre import lazy
 from bot.schema import GIB, MIB, Facts, Sizing, SizingFigures
@@ -30,6 +30,7 @@ from bot.sizing.catalog import (
     resolve_model,
 )
 from bot.sizing.kv import DEFAULT_BLOCK, KvLayout, cdiv, head_size, kv_heads_per_rank
+from bot.structs import struct
 
 SAFE_MIN_UTIL = 0.90  # the safe range for a GPU the server has to itself
 SAFE_MAX_UTIL = 0.95
@@ -128,7 +129,7 @@ def fmt_bytes(n: float) -> str:
     return f"{n:.0f} B"
 
 
-@dataclass
+@struct
 class Inputs:
     """The resolved deployment: what the sizing is about, with defaults made explicit."""
 
@@ -144,7 +145,7 @@ class Inputs:
     notes: list[str] = field(default_factory=list)
 
 
-@dataclass(frozen=True, slots=True)
+@struct(frozen=True, slots=True)
 class ModelLookup:
     """The model a diagnosis is about, looked up once (its config.json first, else its name):
     the catalog's entry, or the note saying why there is none."""

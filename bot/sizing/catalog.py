@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from functools import cache
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -21,6 +21,7 @@ from typing import Any, ClassVar, Literal
 from bot.kb.loader import SHIPPED
 from bot.lazyre import lazy
 from bot.pickled import files_key, kept
+from bot.structs import struct
 
 _FORBID: dict[str, Any] = {"extra": "forbid"}
 
@@ -41,7 +42,7 @@ def _positive(**values: int | float | None) -> None:
             raise ValueError(f"{key}: must be positive, got {value}")
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@struct(frozen=True, slots=True, kw_only=True)
 class ModelSpec:
     """What sizing needs from a model's config.json, plus its parameter count for weights."""
 
@@ -99,8 +100,10 @@ class ModelSpec:
         return [i % 2 == 0 for i in range(n)]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@struct(frozen=True, slots=True, kw_only=True)
 class GpuSpec:
+    """A GPU model from knowledge/gpus.yaml: memory, bandwidth, compute, features."""
+
     __pydantic_config__: ClassVar[dict[str, Any]] = _FORBID
 
     id: str
@@ -121,7 +124,7 @@ class GpuSpec:
         return self.memory_mib / 1024
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@struct(frozen=True, slots=True, kw_only=True)
 class GpuCatalog:
     """knowledge/gpus.yaml."""
 
@@ -130,7 +133,7 @@ class GpuCatalog:
     gpus: list[GpuSpec]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@struct(frozen=True, slots=True, kw_only=True)
 class ResolvedModel:
     """A lookup result: the spec, where it came from, and the quantisation the name implied."""
 

@@ -15,11 +15,12 @@ estimated segments are hatched. `sentence` is the chart's one line, the upload's
 from __future__ import annotations
 
 import io
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
 from bot.schema import Diagnosis
+from bot.structs import struct
 
 if TYPE_CHECKING:
     from bot.sizing.calculators import SizeReport
@@ -31,7 +32,7 @@ COLORS = {
 }
 
 
-@dataclass(slots=True)
+@struct(slots=True)
 class Segment:
     label: str
     kind: str  # a COLORS key
@@ -39,7 +40,7 @@ class Segment:
     estimated: bool = False  # from the catalogs, not the log: hatched
 
 
-@dataclass(slots=True)
+@struct(slots=True)
 class ChartData:
     """One GPU rank, bottom to top: the budget's parts, then what lies outside the budget."""
 

@@ -15,12 +15,13 @@ import ast
 import json
 import re
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import ClassVar
 
 from bot.evidence.base import FactSink, Line
 from bot.evidence.redact import redact
 from bot.lazyre import lazy
+from bot.structs import struct
 
 Value = str | int | float | bool | None
 
@@ -48,7 +49,7 @@ _TP_SETTERS = frozenset({"--tensor-parallel-size", "-tp", "--tp", "--tp-size", "
 _CHECKPOINT = re.compile(r"[/\d._-]")
 
 
-@dataclass(slots=True)
+@struct(slots=True)
 class ServerCommand:
     """A server's command line: the program, the positional model (vLLM), and the flags in
     the order written (`None`: an on/off flag). `form`: "shell" as typed, or "args" when it
@@ -328,7 +329,7 @@ _COMPOSE_ITEM = lazy(r"^\s{0,40}-\s{1,4}[\"']?([A-Z][A-Z0-9_]{1,63})=([^\"'\s]{1
                      r"\s{0,40}$")
 
 
-@dataclass(slots=True)
+@struct(slots=True)
 class EnvSettings:
     """The environment a server ran with, as the paste shows it: names and values (redacted),
     and the form they were written in ("docker", "manifest", "compose"), in which a fix that
@@ -402,7 +403,7 @@ def placeholders(command: str) -> list[str]:
     return list(dict.fromkeys(w for w in words if _PLACEHOLDER.match(w)))
 
 
-@dataclass(frozen=True, slots=True)
+@struct(frozen=True, slots=True)
 class Applied:
     """A fix applied to the server's command line: the whole line, the change alone, and the
     args list when the server ran from one."""

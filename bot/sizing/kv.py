@@ -10,9 +10,8 @@ which is the whole difference between a right and a wrong `--max-model-len`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from bot.sizing.catalog import ModelSpec
+from bot.structs import struct
 
 GIB = 1 << 30
 DEFAULT_BLOCK = 16
@@ -58,7 +57,7 @@ def kv_heads_per_rank(spec: ModelSpec, tp: int) -> int:
     return max(1, total // tp)
 
 
-@dataclass(frozen=True)
+@struct(frozen=True)
 class Stage:
     """One PP stage on one TP rank: its layers and what one block of them costs."""
 
@@ -135,7 +134,7 @@ class Stage:
         return lo
 
 
-@dataclass(frozen=True)
+@struct(frozen=True)
 class KvLayout:
     """A model's KV cache on one rank of a TP x PP deployment."""
 

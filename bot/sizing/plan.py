@@ -16,7 +16,7 @@ import math
 import re
 import string
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, NamedTuple
 
 from bot.kb.loader import KB
@@ -57,6 +57,7 @@ from bot.sizing.command import (
     parse_value,
     placeholders,
 )
+from bot.structs import struct
 
 MAX_CAUSES = 3  # supported causes shown; the rest are named in one line
 UNDECIDED_CAUSES = 2  # shown as possible when the evidence supports none
@@ -73,7 +74,7 @@ HEADROOM = 2
 LENGTH_FLAGS = ("--max-model-len", "--context-length", "--max-total-tokens")
 
 
-@dataclass(slots=True, kw_only=True)
+@struct(slots=True, kw_only=True)
 class Plan:
     """What the planner adds to a Diagnosis."""
 
@@ -537,7 +538,7 @@ def quote(hit: SignatureHit) -> str:
 
 # -- template values -------------------------------------------------------------------------
 
-@dataclass(slots=True, kw_only=True)
+@struct(slots=True, kw_only=True)
 class Planned:
     """The values the planner works out for fix templates, one field per name that
     bot.kb.vocabulary.PLANNED_VALUES declares (and says the meaning of)."""
@@ -556,7 +557,7 @@ class Planned:
     utilization_effect_h: str | None = None
 
 
-@dataclass(slots=True)
+@struct(slots=True)
 class TemplateValues:
     """What a fix template's `{name}` is filled with. The KB names values in data, so they are
     looked up by name here (the loader accepts only bot.kb.vocabulary's names); the most

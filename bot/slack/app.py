@@ -28,7 +28,6 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 from urllib.error import URLError
@@ -58,6 +57,7 @@ from bot.slack.outbound import Outbound
 from bot.slack.parse import HOST_RE, parse
 from bot.slack.payloads import ActionBody, CommandBody, FeedbackMeta, HomeEvent, MessageEvent
 from bot.store import database_problem
+from bot.structs import struct
 
 if TYPE_CHECKING:
     from bot.kb.loader import KB
@@ -208,7 +208,7 @@ def quiet_library_logs() -> None:
     logging.getLogger("waitress.queue").setLevel(logging.ERROR)
 
 
-@dataclass
+@struct
 class SlackBot:
     """The Bolt app, its handlers and the pool doing their work; `close()` finishes the work
     in flight."""

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -24,6 +23,7 @@ from bot.fmt import clip
 from bot.render.present import History, Line, Link, Mention, Presentation, Section, present
 from bot.render.text import render_presentation
 from bot.schema import Diagnosis
+from bot.structs import struct
 
 Block = dict[str, Any]
 
@@ -174,7 +174,7 @@ def visible_chars(bs: list[Block]) -> int:
     return total
 
 
-@dataclass(frozen=True, slots=True)
+@struct(frozen=True, slots=True)
 class Fixed:
     """The answer's incident was marked fixed from its own message: by whom, with what."""
 

@@ -13,7 +13,6 @@ import logging
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from slack_bolt import Respond
@@ -31,6 +30,7 @@ from bot.slack.files import download_all
 from bot.slack.outbound import Outbound
 from bot.slack.parse import HOST_RE, ParseError, Request, history_query, host_arg, parse, size_query
 from bot.slack.payloads import ActionBody, CommandBody, FeedbackMeta, MessageEvent
+from bot.structs import struct
 
 if TYPE_CHECKING:
     from bot.kb.loader import KB
@@ -50,7 +50,7 @@ BUSY = ("I'm answering too many requests right now and could not take this one: 
 STORE_VERBS = {"history": "the history", "resolve": "the incident"}
 
 
-@dataclass
+@struct
 class Handlers:
     """The handlers and what they share: the settings, the way out, who may collect, the
     dedup, the KB, and `later` (work queued behind the answers waiting, such as charts, off

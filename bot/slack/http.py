@@ -23,7 +23,6 @@ import json
 import logging
 import threading
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Any, cast
 from urllib.parse import parse_qs
 
@@ -33,6 +32,7 @@ from waitress.server import TcpWSGIServer
 
 from bot.config import Settings
 from bot.logs import describe_exception
+from bot.structs import struct
 
 log = logging.getLogger("inferbot.slack.http")
 
@@ -44,7 +44,7 @@ StartResponse = Callable[..., Any]
 WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
 
 
-@dataclass(frozen=True)
+@struct(frozen=True)
 class Refusal:
     status: str  # "400 Bad Request"
     reason: str  # one line, said to the client and logged

@@ -19,7 +19,6 @@ import random
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
@@ -68,6 +67,7 @@ from bot.store.tables import (
     SlackEventKey,
 )
 from bot.store.views import GroupInfo, HistoryRow, RecordResult, parse_ref, parse_since
+from bot.structs import struct
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -845,7 +845,7 @@ def thread_incident_query(channel: str, thread: str) -> Select[Any]:
     )
 
 
-@dataclass(frozen=True, slots=True)
+@struct(frozen=True, slots=True)
 class IncidentOrigin:
     """Where an incident was diagnosed, and the command of one of its fixes (None: no such
     fix). A click names an incident and a fix; the text recorded, and the channel the click
@@ -888,7 +888,7 @@ def _fix_text(fix: dict[str, Any]) -> str:
     return str(fix.get("command") or fix.get("title") or "")
 
 
-@dataclass(frozen=True)
+@struct(frozen=True)
 class IncidentView:
     """A stored incident as its message shows it again: the diagnosis as it was stored, when,
     where, and its group now (how often seen, whether and how it was fixed since), with the

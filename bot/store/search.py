@@ -28,13 +28,14 @@ import hashlib
 import re
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import field
 from datetime import UTC, date, datetime, timedelta
 
 from sqlalchemy import ColumnElement, TextClause, func, select, text
 from sqlalchemy.engine import Connection
 
 from bot.store.tables import FTS_TABLE, Base, IncidentEvent, IncidentGroup
+from bot.structs import struct
 
 # PostgreSQL search (pg_search_ids): the newest rows walked first, to see how common the
 # matches are; and what one candidate of the GIN bitmap costs (a heap visit out of order) in
@@ -87,7 +88,7 @@ def _month_end(day: date) -> date:
     return following - timedelta(days=1)
 
 
-@dataclass
+@struct
 class Search:
     """One history search: the words, and the filters the index can apply as facets."""
 
