@@ -140,8 +140,10 @@ class MentionsExtractor:
             fact = "mem_fraction_static" if "fraction" in u.group("key").lower() else (
                 "gpu_memory_utilization")
             sink.set_default(fact, float(u.group("value")), line.no)
-        if (sink.get("needed_max_model_len") is None and (need := _NEED_SAID.search(text))
-                and is_prose(text) and (length := _needed_length(need)) is not None):
+        # is_prose first: most lines here are log records, and the pattern is costly to compile
+        if (sink.get("needed_max_model_len") is None and is_prose(text)
+                and (need := _NEED_SAID.search(text))
+                and (length := _needed_length(need)) is not None):
             sink.set_default("needed_max_model_len", length, line.no)
         if sink.get("model_named") is None and (model := _model(text)):
             # "Qwen3.8-27B (NVFP4)": the format said right after the name

@@ -51,7 +51,7 @@ def _shipped() -> Path:
 
 
 SHIPPED = _shipped()
-CACHE_FORMAT = 4
+CACHE_FORMAT = 5
 
 
 @struct
@@ -63,12 +63,16 @@ class Origin:
 
 @struct
 class KB:
-    """The validated knowledge base, as loaded from files or the cache."""
+    """The validated knowledge base, as loaded from files or the cache.
+
+    The examples are half of it and no diagnosis reads them: a cached KB is kept without them
+    and reads them (from a cache of their own) the first time `examples` is asked for."""
     meta: KBMeta
     content_hash: str
     problems: dict[str, Problem]
     causes: dict[str, Cause]
-    examples: dict[str, ExampleSet]  # by the problem or cause id they test
+    # by the problem or cause id they test; None until read (see `examples`)
+    loaded_examples: dict[str, ExampleSet] | None
     origins: dict[str, Origin] = field(default_factory=dict)  # "problem:ID" -> where defined
     example_docs: dict[str, str] = field(default_factory=dict)  # problem id -> examples file
     roots: list[str] = field(default_factory=list)
@@ -78,9 +82,22 @@ class KB:
     phases: list[Phase] = field(default_factory=list)  # most specific first (phases.yaml)
     untested: Untested = field(default_factory=Untested)  # gaps in the examples (untested.yaml)
 
+    # the key the cache keeps this KB under ("" when it was not kept): its examples' too
+    cache_key: str = ""
+
     @property
     def version(self) -> str:
         return self.meta.version
+
+    @property
+    def examples(self) -> dict[str, ExampleSet]:
+        if self.loaded_examples is None:
+            roots = [Path(r) for r in self.roots]
+            self.loaded_examples = kept(
+                "kb-examples", self.cache_key, _cached_classes(),
+                lambda: _load(roots, self.content_hash).examples,
+                lambda found: isinstance(found, dict))
+        return self.loaded_examples
 
 
 def kb_roots(extra: str | None = None) -> list[Path]:
@@ -123,9 +140,13 @@ def load_kb(extra: str | None = None, use_cache: bool = True, *,
     roots = list(roots) if roots is not None else kb_roots(extra)
     if not use_cache:
         return _load(roots, content_hash(roots))
-    key = files_key(path for root in roots for path in _files(root))
-    return kept("kb", f"{key}-f{CACHE_FORMAT}", _cached_classes(),
-                lambda: _load(roots, content_hash(roots)), lambda found: isinstance(found, KB))
+    key = f"{files_key(path for root in roots for path in _files(root))}-f{CACHE_FORMAT}"
+
+    def build() -> KB:
+        kb = _load(roots, content_hash(roots))
+        return dataclasses.replace(kb, loaded_examples=None, cache_key=key)
+
+    return kept("kb", key, _cached_classes(), build, lambda found: isinstance(found, KB))
 
 
 def _load(roots: list[Path], digest: str) -> KB:

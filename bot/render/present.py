@@ -16,12 +16,14 @@ import json
 import re
 import shlex
 from dataclasses import field
-from datetime import UTC, datetime
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from bot.fmt import clip, gib
 from bot.schema import Diagnosis, Facts, Fix, Sizing
 from bot.structs import struct
+
+if TYPE_CHECKING:
+    from datetime import datetime
 
 PROSE_NOTE = "from your description, not a log line: weaker evidence"
 WHY_CHARS = 220
@@ -128,6 +130,8 @@ def confidence_word(value: float) -> str:
 
 def ago(when: datetime | None, now: datetime | None = None) -> str:
     """'2 days ago', '3 hours ago', 'just now'."""
+    from datetime import UTC, datetime  # only an answer with history shows a time
+
     if when is None:
         return "at an unknown time"
     now = now or datetime.now(UTC)
@@ -142,6 +146,8 @@ def ago(when: datetime | None, now: datetime | None = None) -> str:
 
 
 def _span(first: datetime | None, now: datetime) -> str:
+    from datetime import UTC
+
     if first is None:
         return ""
     if first.tzinfo is None:
@@ -151,6 +157,8 @@ def _span(first: datetime | None, now: datetime) -> str:
 
 
 def history_line(h: History, now: datetime | None = None) -> Line:
+    from datetime import UTC, datetime
+
     now = now or datetime.now(UTC)
     if h.count <= 1 and not h.fixed_with:
         parts: list[Part] = ["first time seen"]
