@@ -49,7 +49,8 @@ _LOG = lazy(
     r" (?:\[[\w./-]{1,80}:\d{1,6}\]|[\w./-]{1,80}:\d{1,6}\]) "  # vLLM's logger
     r"|\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d{1,6})?(?: [A-Z]{2}\d{1,5}){0,4}\] "  # SGLang
     r"|\[[EWIF]\d{4} \d\d:\d\d:\d\d\.\d{1,9} [\w.]{1,80}:\d{1,6}\] "  # glog (torch c10d)
-    r"|[\w.-]{1,80}:\d{1,8}:\d{1,8} \[\d{1,3}\] )"  # NCCL: host:pid:tid [dev]
+    r"|[\w.-]{1,80}:\d{1,8}:\d{1,8} \[\d{1,3}\] "  # NCCL: host:pid:tid [dev]
+    r"|\d{1,4}\.\d\d\.\d\d\d\.\d\d\d [DIWE] )"  # llama.cpp (llama-box): 3.02.042.178 I
 )
 _MAX_PREFIXES = 6
 _CARETS = lazy(r"^\s{0,200}[\^~]{3,1000}\s{0,20}$")

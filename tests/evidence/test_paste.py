@@ -238,3 +238,16 @@ def test_a_word_cut_into_what_reads_as_a_setting_is_rejoined() -> None:
             "= 2736 is not divisible by tile_n_size = 64")
     pasted = line[:120] + "\n" + line[120:]
     assert unwrap(pasted, frozenset({"size"})).text == line + "\n"
+
+
+def test_llama_cpp_timestamped_records_stay_apart() -> None:
+    # llama-box (llama.cpp) prints each record as `minutes.seconds.ms.us LEVEL message`
+    # (gpustack#1269): each line is its own record, not one message wrapped over three.
+    text = ("3.02.081.137 I llama_kv_cache_init:      CUDA2 KV buffer size =  3840.00 MiB\n"
+            "3.02.199.202 E ggml_backend_cuda_buffer_type_alloc_buffer: allocating 4480.00 MiB "
+            "on device 3: cudaMalloc failed: out of memory\n"
+            "3.02.199.205 E llama_kv_cache_init: failed to allocate buffer for kv cache\n")
+    lines = unwrap(text).text.splitlines()
+    assert len(lines) == 3
+    assert lines[2].endswith("failed to allocate buffer for kv cache")
+    assert split_prefix(lines[1])[1] == "3.02.199.202 E "
