@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import BinaryIO, Protocol
 
-from ahocorasick_rs import BytesAhoCorasick, Implementation
+from ahocorasick_rs import Implementation
 
 from bot.evidence.automata import automaton
 from bot.evidence.base import FactSink, Line
@@ -180,23 +180,31 @@ class Scanner:
 
 
 class _Anchors:
-    """Every consumer's anchors, searched together.
+    """Every consumer's anchors, searched together with one automaton.
 
-    One pass over the lower-cased chunk finds the lines that may hold one (an exact anchor,
-    lower-cased, or a case-insensitive one: ASCII lower-casing keeps every byte offset, so
-    lines line up); each such line is then searched for the exact anchors in its own casing
-    and the case-insensitive ones in lower case, so each consumer gets exactly the lines that
-    hold its own anchors. One pass instead of two halves the cost of a sparse log.
+    One pass over the lower-cased chunk finds the lines that may hold one (every anchor is
+    searched lower-cased: ASCII lower-casing keeps every byte offset, so lines line up); each
+    such line is searched again, overlapping, for the consumers that own what was found: a
+    case-insensitive anchor counts in any casing, an exact one only where the line holds it in
+    its own casing. So each consumer gets exactly the lines that hold its own anchors, from one
+    automaton rather than three.
     """
 
     def __init__(self, exact_of: Sequence[Sequence[str]], folded_of: Sequence[Sequence[str]],
                  implementation: Implementation) -> None:
-        self._exact = _Owned(exact_of)
-        self._folded = _Owned(folded_of) if any(folded_of) else None
-        lowered = {n.lower() for n in self._exact.needles}
-        if self._folded is not None:
-            lowered.update(self._folded.needles)
-        self._find = automaton(tuple(sorted(lowered)), implementation == Implementation.DFA)
+        # lower-cased needle -> (consumer, the casing it must have, or None for any casing)
+        wants: dict[bytes, set[tuple[int, bytes | None]]] = {}
+        for idx, anchors in enumerate(exact_of):
+            for text in anchors:
+                exact = text.encode()
+                wants.setdefault(exact.lower(), set()).add((idx, exact))
+        for idx, anchors in enumerate(folded_of):
+            for text in anchors:
+                folded = text.encode()
+                wants.setdefault(folded.lower(), set()).add((idx, None))
+        needles = tuple(sorted(wants))
+        self._wants = [sorted(wants[n], key=lambda w: (w[0], w[1] or b"")) for n in needles]
+        self._find = automaton(needles, implementation == Implementation.DFA)
 
     def lines(self, text: bytes, starts: dict[int, dict[int, int]],
               where: Callable[[int], int] | None = None) -> None:
@@ -219,32 +227,21 @@ class _Anchors:
                     positions.setdefault(i, at + pos)
 
     def line(self, text: bytes, lowered: bytes | None = None) -> dict[int, int]:
-        """The consumers whose anchors `text` (one line) holds, and where the first one is."""
-        positions = self._exact.find(text)
-        if self._folded is not None:
-            for i, at in self._folded.find(text.lower() if lowered is None else lowered).items():
-                positions.setdefault(i, at)
-        return positions
-
-
-class _Owned:
-    """Anchors and the consumers that own them, to list those one line holds."""
-
-    def __init__(self, anchors_of: Sequence[Sequence[str]]) -> None:
-        owners: dict[bytes, set[int]] = {}
-        for idx, anchors in enumerate(anchors_of):
-            for text in anchors:
-                owners.setdefault(text.encode(), set()).add(idx)
-        self.needles = tuple(sorted(owners))
-        self._owners = [tuple(sorted(owners[n])) for n in self.needles]
-        self._all = BytesAhoCorasick(list(self.needles))
-
-    def find(self, text: bytes) -> dict[int, int]:
-        positions: dict[int, int] = {}
-        for idx, at, _ in self._all.find_matches_as_indexes(text, overlapping=True):
-            for i in self._owners[idx]:
-                positions.setdefault(i, at)
-        return positions
+        """The consumers whose anchors `text` (one line) holds, and where the first one is:
+        an exact anchor's place before a case-insensitive one's."""
+        if lowered is None:
+            lowered = text.lower()
+        exact: dict[int, int] = {}
+        folded: dict[int, int] = {}
+        for idx, start, end in self._find.find_matches_as_indexes(lowered, overlapping=True):
+            for i, casing in self._wants[idx]:
+                if casing is None:
+                    folded.setdefault(i, start)
+                elif i not in exact and text[start:end] == casing:
+                    exact[i] = start
+        for i, at in folded.items():
+            exact.setdefault(i, at)
+        return exact
 
 
 @contextmanager
