@@ -59,7 +59,9 @@ _RECORD = lazy(
     r"(?:Traceback \(most recent|\s{0,8}File \"|During handling|The above exception"
     r"|(?:[a-z_]\w{0,40}\.){0,6}[A-Z][\w.]{0,80}(?:Error|Exception|Warning|Interrupt|Exit|Failure)\b:?"
     r"|(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\b|\d{4}-\d\d-\d\d|\d\d-\d\d \d\d:"
-    r"|[-*+] |\d{1,2}[.)] |#{1,6} |```|\$ |\||\+-|={3}|-{3}|NCCL |\[|\{|<)")
+    r"|[-*+] |\d{1,2}[.)] |#{1,6} |```|\$ |\||\+-|={3}|-{3}|NCCL |\[|\{|<"
+    # a C function naming its record, as llama.cpp logs ("llama_context: ", "graph_reserve: ")
+    r"|[a-z][a-z0-9]{0,30}_[a-z0-9_]{1,60}: )")
 # A line that is whole on its own: a key and its value, a process's last word. Not a line with
 # Chinese or Japanese in it: such prose has no spaces, so it would read as one long value.
 _STANDALONE = lazy(r"\s{0,40}(?![\w.]{0,60}(?:Error|Exception|Warning):)"

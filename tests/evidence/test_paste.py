@@ -251,3 +251,15 @@ def test_llama_cpp_timestamped_records_stay_apart() -> None:
     assert len(lines) == 3
     assert lines[2].endswith("failed to allocate buffer for kv cache")
     assert split_prefix(lines[1])[1] == "3.02.199.202 E "
+
+
+def test_llama_cpp_function_named_records_stay_apart() -> None:
+    # llama.cpp names each record by the function that logs it (llama.cpp#16748); an
+    # unfinished record ("... n_outputs = 1") is not a message the next one continues.
+    text = ("llama_context: worst-case: n_tokens = 4096, n_seqs = 1, n_outputs = 1\n"
+            "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 12710.31 MiB on device 0: "
+            "cudaMalloc failed: out of memory\n"
+            "graph_reserve: failed to allocate compute buffers\n")
+    lines = unwrap(text).text.splitlines()
+    assert [line.split(":")[0] for line in lines] == [
+        "llama_context", "ggml_backend_cuda_buffer_type_alloc_buffer", "graph_reserve"]
