@@ -59,9 +59,11 @@ _RECORD = lazy(
     r"(?:Traceback \(most recent|\s{0,8}File \"|During handling|The above exception"
     r"|(?:[a-z_]\w{0,40}\.){0,6}[A-Z][\w.]{0,80}(?:Error|Exception|Warning|Interrupt|Exit|Failure)\b:?"
     r"|(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\b|\d{4}-\d\d-\d\d|\d\d-\d\d \d\d:"
-    r"|[-*+] |\d{1,2}[.)] |#{1,6} |```|\$ |\||\+-|={3}|-{3}|NCCL |\[|\{|<"
-    # a C function naming its record, as llama.cpp logs ("llama_context: ", "graph_reserve: ")
-    r"|[a-z][a-z0-9]{0,30}_[a-z0-9_]{1,60}: )")
+    r"|[-*+] |\d{1,2}[.)] |#{1,6} |```|\$ |\||\+-|={3}|-{3}|NCCL |\[|\{|<)")
+# A C function naming its record, as llama.cpp logs ("llama_context: ", "graph_reserve: "):
+# a record of its own after another such record, or where lines are not cut at a width (a cut
+# can fall before any word, "... Server error: | text_generation_client: ...").
+_FUNCTION_RECORD = lazy(r"[a-z][a-z0-9]{0,30}_[a-z0-9_]{1,60}: ")
 # A line that is whole on its own: a key and its value, a process's last word. Not a line with
 # Chinese or Japanese in it: such prose has no spaces, so it would read as one long value.
 _STANDALONE = lazy(r"\s{0,40}(?![\w.]{0,60}(?:Error|Exception|Warning):)"
@@ -360,8 +362,9 @@ def _joiner(prev: _Piece | None, piece: _Piece, w: _Widths, words: frozenset[str
             body.startswith(("Traceback (", "File \""))):
         return _glue(before, body, words)  # cut at the width
     if (at == w.longest >= _MIN_WIDTH and _inside_text(before, body)
-            and not (_RECORD.match(body) or (_STANDALONE.match(body)
-                                             and not _rejoins_word(before, body, words)))):
+            and not (_RECORD.match(body) or _records_of_functions(before, body)
+                     or (_STANDALONE.match(body)
+                         and not _rejoins_word(before, body, words)))):
         return _glue(before, body, words)  # the one long line of the paste, cut
     if body[0].isspace() or _STANDALONE.match(before):
         return None
@@ -373,9 +376,14 @@ def _joiner(prev: _Piece | None, piece: _Piece, w: _Widths, words: frozenset[str
         return None
     if before.rstrip().endswith(_CLOSED) and not (body[0].islower() or body[0].isdigit()):
         return None
-    if _RECORD.match(body) or _STANDALONE.match(body):
+    if _RECORD.match(body) or _STANDALONE.match(body) or _FUNCTION_RECORD.match(body):
         return None
     return _reflow_glue(before, body, words)
+
+
+def _records_of_functions(before: str, body: str) -> bool:
+    """Whether both lines are records named by a C function (llama.cpp's log)."""
+    return bool(_FUNCTION_RECORD.match(body) and _FUNCTION_RECORD.match(before))
 
 
 def _rejoins_word(before: str, after: str, words: frozenset[str]) -> bool:

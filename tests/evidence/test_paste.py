@@ -254,12 +254,23 @@ def test_llama_cpp_timestamped_records_stay_apart() -> None:
 
 
 def test_llama_cpp_function_named_records_stay_apart() -> None:
-    # llama.cpp names each record by the function that logs it (llama.cpp#16748); an
-    # unfinished record ("... n_outputs = 1") is not a message the next one continues.
-    text = ("llama_context: worst-case: n_tokens = 4096, n_seqs = 1, n_outputs = 1\n"
+    # llama.cpp names each record by the function that logs it (llama.cpp#16748); a record
+    # that ends without a full stop ("... n_outputs = 1") is not continued by the next one.
+    text = ("llama_context:  CUDA_Host  output buffer size =     0.50 MiB\n"
+            "llama_kv_cache:      CUDA0 KV buffer size = 12327.00 MiB\n"
+            "llama_kv_cache:      CUDA1 KV buffer size = 11153.00 MiB\n"
+            "llama_kv_cache: size = 23480.00 MiB (150272 cells,  40 layers,  1/1 seqs), "
+            "K (f16): 11740.00 MiB, V (f16): 11740.00 MiB\n"
+            "llama_context: enumerating backends\n"
+            "llama_context: backend_ptrs.size() = 3\n"
+            "llama_context: max_nodes = 2904\n"
+            "llama_context: pipeline parallelism enabled (n_copies=4)\n"
+            "llama_context: reserving full memory module\n"
+            "llama_context: worst-case: n_tokens = 4096, n_seqs = 1, n_outputs = 1\n"
             "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 12710.31 MiB on device 0: "
             "cudaMalloc failed: out of memory\n"
+            "ggml_gallocr_reserve_n: failed to allocate CUDA0 buffer of size 13327728640\n"
             "graph_reserve: failed to allocate compute buffers\n")
-    lines = unwrap(text).text.splitlines()
-    assert [line.split(":")[0] for line in lines] == [
-        "llama_context", "ggml_backend_cuda_buffer_type_alloc_buffer", "graph_reserve"]
+    out = unwrap(text).text.splitlines()
+    assert len(out) == len(text.splitlines())
+    assert out[-1] == "graph_reserve: failed to allocate compute buffers"
