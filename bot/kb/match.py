@@ -93,6 +93,11 @@ class CompiledSignature:
     ctx_none: tuple[int, ...]
 
 
+class _Place(NamedTuple):
+    at: int  # where in the line the signature matched
+    near: int  # how far its placing words (with_any) stood from that, for a person's words
+
+
 class SignatureHit(NamedTuple):
     """Where a signature matched: what a cause's `why` quotes."""
 
@@ -101,6 +106,12 @@ class SignatureHit(NamedTuple):
     kind: str
     phase: str | None
     at: int = 0  # where in the line the signature matched
+
+
+# `_ProblemHits.nearest` when no words placed the report
+NO_PLACE = 10**6
+# Words further than this from a report's failure words do not say where it failed.
+PLACING_CHARS = 40
 
 
 @struct
@@ -114,6 +125,29 @@ class _ProblemHits:
     count: int = 0
     phase: str | None = None  # the phase at the line that decided the problem
     error_message: bool = False  # an error signature matched, in the log or quoted by a person
+    # On the deciding line, how far (characters) the words that placed a person's report
+    # stood from its failure words: in "启动...时占用13G，但是调用服务后，就显存溢出了"
+    # the call (调用) stands next to the OOM, the start (启动) far from it. NO_PLACE when
+    # no words placed it.
+    nearest: int = NO_PLACE
+
+
+def _placed(nearest: int) -> int:
+    """How near words placed a report, counting only words close to its failure words: two
+    far from them ("Can increasing tensor_parallel_size ... not enough to ... loading") place
+    nothing."""
+    return nearest if nearest <= PLACING_CHARS else NO_PLACE
+
+
+def _nearest(m: re.Match[str], with_any: tuple[LazyPattern, ...], text: str) -> int:
+    """How close the nearest `with_any` match stands to the signature's match `m`, in
+    characters (0 when they overlap); NO_PLACE when none matches."""
+    best = NO_PLACE
+    for pattern in with_any:
+        for w in pattern.finditer(text):
+            gap = m.start() - w.end() if w.end() <= m.start() else max(0, w.start() - m.end())
+            best = min(best, gap)
+    return best
 
 
 class CompiledKB:
@@ -268,7 +302,6 @@ class Matcher:
             maxlen=MAX_DEFERRED)
         self._seen_literals: set[str] = set()
         self._explained: set[int] = set()  # lines a specific problem signature matched
-        self._at = 0  # where the last signature that applied matched in its line
 
     @property
     def signatures_seen(self) -> set[str]:
@@ -351,44 +384,54 @@ class Matcher:
         return self.compiled.fold
 
     def _match(self, offered: list[CompiledSignature], line: Line, phase: str | None) -> None:
-        matched = [cs for cs in offered if self._applies(cs, line.text, line.no, phase)]
+        matched = [(cs, place) for cs in offered
+                   if (place := self._applies(cs, line.text, line.no, phase)) is not None]
         # a person's words about speed explain no failure: "it OOMs with vLLM; without it
         # training works, but slowly" still says OOM
         problems = self.compiled.kb.problems
         if any(not (cs.sig.fallback or cs.of_cause)
-               and (cs.sig.kind != "prose" or problems[cs.owner].failure) for cs in matched):
+               and (cs.sig.kind != "prose" or problems[cs.owner].failure) for cs, _ in matched):
             self._explained.add(line.no)
         if line.no in self._explained:
-            matched = [cs for cs in matched if not cs.sig.fallback]
-        for cs in matched:
-            self._record(cs, line, phase)
+            matched = [(cs, place) for cs, place in matched if not cs.sig.fallback]
+        for cs, place in matched:
+            self._record(cs, line, phase, place)
 
     def _applies(self, cs: CompiledSignature, text: str, line_no: int, phase: str | None
-                 ) -> bool:
+                 ) -> _Place | None:
+        """Where the signature matches this line, or None when it does not apply here."""
         if cs.sig.phases and phase not in cs.sig.phases:
-            return False
+            return None
         m = cs.regex.search(text)
         if m is None:
-            return False
-        self._at = m.start()
-        if cs.with_any and not any(p.search(text) for p in cs.with_any):
-            return False
+            return None
+        near = NO_PLACE
+        if cs.with_any:
+            if cs.sig.kind != "prose":
+                if not any(p.search(text) for p in cs.with_any):
+                    return None
+            else:  # a person's words: which placed the report, and how near they stand
+                near = _nearest(m, cs.with_any, text)
+                if near == NO_PLACE:
+                    return None
+        place = _Place(m.start(), near)
         ctx = cs.sig.context
         if ctx is None:
-            return True
+            return place
         lo = line_no - ctx.within
         if cs.ctx_any and not any(self._ctx_last[i] >= lo for i in cs.ctx_any):
-            return False
-        return not any(self._ctx_last[i] >= lo for i in cs.ctx_none)
+            return None
+        return None if any(self._ctx_last[i] >= lo for i in cs.ctx_none) else place
 
-    def _record(self, cs: CompiledSignature, line: Line, phase: str | None) -> None:
+    def _record(self, cs: CompiledSignature, line: Line, phase: str | None, place: _Place
+                ) -> None:
         kind = cs.sig.kind
         if kind != "prose" and is_prose(line.text):
             # a message quoted inside someone's sentence is their report of it, not the log
             kind = "prose"
         elif kind == "error" and (level := _LOW_LEVEL.search(line.text)) and level["low"]:
             kind = "warning"
-        hit = SignatureHit(line.no, line.text, kind, phase, self._at)
+        hit = SignatureHit(line.no, line.text, kind, phase, place.at)
         seen = self.hits.setdefault(cs.sig.id, [])
         if len(seen) < 2:
             seen.append(hit)
@@ -402,9 +445,14 @@ class Matcher:
         hits.count += 1
         if (rank, cs.sig.weight) > (hits.best_kind, hits.best_weight):
             hits.best_kind, hits.best_weight = rank, cs.sig.weight
+            hits.nearest = NO_PLACE
         if rank == hits.best_kind:
+            if line.no > hits.last_line:
+                hits.nearest = NO_PLACE
             hits.last_line = max(hits.last_line, line.no)
             hits.phase = phase
+            if cs.sig.weight == hits.best_weight and line.no == hits.last_line:
+                hits.nearest = min(hits.nearest, place.near)
         if cs.sig.id not in hits.signature_ids:
             hits.signature_ids.append(cs.sig.id)
         # keep the first line and the latest ones: the first shows where it began, the
@@ -439,8 +487,8 @@ class Matcher:
             # readings of the frames that led there (the profile run's) are set aside.
             problems = self.compiled.kb.problems
             read = [(line, phase, found) for line, waiting, phase in cut
-                    if (found := [cs for cs in waiting
-                                  if self._applies(cs, line.text, line.no, phase)])]
+                    if (found := [cs for cs in waiting if self._applies(
+                        cs, line.text, line.no, phase) is not None])]
             if read and (any(not cs.of_cause and not problems[cs.owner].memory_problem
                              for cs in read[-1][2]) or self._other_failure_named()):
                 read = [(line, phase, kept) for line, phase, found in read
@@ -490,7 +538,8 @@ class Matcher:
 
     def problems(self, redact: Callable[[str], str] | None = None) -> list[ProblemMatch]:
         ranked = sorted(self._hits.items(),
-                        key=lambda kv: (kv[1].best_kind, kv[1].best_weight, kv[1].last_line),
+                        key=lambda kv: (kv[1].best_kind, kv[1].best_weight, kv[1].last_line,
+                                        -_placed(kv[1].nearest)),
                         reverse=True)
         kb = self.compiled.kb
         if self._fatal_cause_named():

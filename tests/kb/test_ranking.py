@@ -148,3 +148,23 @@ def test_words_about_speed_do_not_hide_an_oom_said_in_the_same_sentence(
     found = match_problems(compiled, text)
     assert found and found[0] in ("oom-under-load", "oom-during-startup-profiling")
 
+
+
+# xinference#516: the model started using ~13G; after the service was called (调用服务后) the
+# GPU memory overflowed (显存溢出)
+STARTED_THEN_CALLED = ("启动 baichuan-2-chat-7b 模型时，占用GPU内存大概13G，"
+                       "但是调用服务后，就显存溢出了，如下图：\n")
+# sglang#15871: start-up named in passing, "eventually" next to the OOM
+STARTUP_IN_PASSING = (
+    "While other GPUs (Rank 1-7) maintain stable memory usage, GPU 0 consumes significantly "
+    "more memory. Over time or during startup/compilation, an \"extra\" process (or unreleased "
+    "memory handle) appears on GPU 0, occupying ~20GB of VRAM, eventually causing an OOM error "
+    "even when mem-fraction-static is lowered.\n")
+
+
+@pytest.mark.parametrize("said", [STARTED_THEN_CALLED, STARTUP_IN_PASSING])
+def test_of_two_phases_in_one_sentence_the_words_nearest_the_oom_place_it(
+        compiled: CompiledKB, said: str) -> None:
+    found = match_problems(compiled, said)
+    assert found[:1] == ["oom-under-load"]
+    assert "oom-during-startup-profiling" in found  # still named, below
